@@ -1,0 +1,1 @@
+"""HTTP adapters: the Starlette app factory, routes, wire profiles and error mapping."""

@@ -1,0 +1,69 @@
+"""The ASGI application factory: one app, three surfaces (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute
+
+from execauth.api.console import console_routes
+from execauth.api.errors import handle_execauth_error, handle_http_exception, handle_unexpected
+from execauth.api.gateway import gateway_routes
+from execauth.errors import ExecauthError
+from execauth.runtime import Runtime
+from execauth.service import Clock, ExecutionService, utc_now
+
+log = logging.getLogger("execauth")
+SURFACES = ("gateway", "console", "operator")
+
+
+def create_app(
+    runtime: Runtime, *, surfaces: Sequence[str] = SURFACES, clock: Clock = utc_now
+) -> Starlette:
+    """Build the app over ``runtime``; ``surfaces`` selects which APIs this listener serves."""
+    service = ExecutionService(runtime, clock=clock)
+    routes: list[BaseRoute] = []
+    if "gateway" in surfaces:
+        routes += gateway_routes(service)
+    if "console" in surfaces:
+        routes += console_routes(service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime.start()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_refresh_keys, runtime, service)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(runtime.stop)
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ExecauthError: handle_execauth_error,
+            HTTPException: handle_http_exception,
+            Exception: handle_unexpected,
+        },
+    )
+    app.state.service = service
+    return app
+
+
+async def _refresh_keys(runtime: Runtime, service: ExecutionService) -> None:
+    """Follow key rotation and revocation done by other processes (CLI, other instances)."""
+    interval = runtime.settings.refresh_interval_seconds
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await anyio.to_thread.run_sync(runtime.keyring.refresh, service.clock())
+        except Exception:
+            log.exception("refreshing signing keys failed")

@@ -1,0 +1,64 @@
+"""The one place where errors become wire responses (spec §7, DESIGN.md §2).
+
+Profile A: ``{"error": code, "message": text, "request_id": id}``.
+Profile B: ``{"error": {"code", "message", "request_id"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from execauth.api.wire import json_response, profile_headers, request_id, wire_profile
+from execauth.errors import (
+    ExecauthError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    ServiceUnavailable,
+)
+
+log = logging.getLogger("execauth.api")
+
+
+def render_error(request: Request, error: ExecauthError) -> Response:
+    rid = request_id(request)
+    fields: dict[str, object] = {"code": error.code, "message": error.message, "request_id": rid}
+    if error.details is not None:
+        fields["details"] = error.details
+    if wire_profile(request) == "b":
+        body: dict[str, object] = {"error": fields}
+    else:
+        body = {"error": fields.pop("code"), **fields}
+    headers = {**profile_headers(request), **error.headers, "X-Request-Id": rid}
+    return json_response(body, error.status, headers)
+
+
+async def handle_execauth_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ExecauthError)
+    if isinstance(exc, ServiceUnavailable | InternalError):
+        log.warning("request %s failed: %s", request_id(request), exc.message)
+    return render_error(request, exc)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 in our error shape."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error: ExecauthError = MethodNotAllowed(f"{request.method} is not allowed here")
+        error.headers.update(exc.headers or {})
+    elif exc.status_code == 404:
+        error = NotFound(f"no such endpoint: {request.url.path}")
+    else:
+        error = ExecauthError(str(exc.detail))
+        error.status = exc.status_code
+    return render_error(request, error)
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """Anything unforeseen is a 500 ``internal_error``: never a decision."""
+    log.exception("unhandled error in request %s", request_id(request), exc_info=exc)
+    return render_error(request, InternalError("internal error; the request may be retried"))

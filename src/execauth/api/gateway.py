@@ -1,0 +1,111 @@
+"""The gateway surface: execute, the key lists, the protocol checks, health."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from execauth.api.wire import (
+    json_response,
+    profile_headers,
+    read_json_body,
+    request_id,
+    wire_profile,
+)
+from execauth.errors import ServiceUnavailable
+from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
+from execauth.receipt_shape import check_receipt_shape
+from execauth.request import parse_execute_request
+from execauth.service import ExecutionService
+from execauth.verify import parse_key_list, verify_receipt
+
+PROFILE_B_STATUS = {"PERMIT": 200, "DENY": 403, "SILENCE": 422}
+PUBLIC_CACHE = {
+    "Cache-Control": f"public, max-age={KEY_LIST_CACHE_TTL}",
+    "Access-Control-Allow-Origin": "*",
+}
+OPENAPI = files("execauth.api").joinpath("openapi.yaml")
+
+
+def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
+    runtime = service.runtime
+    settings = runtime.settings
+
+    async def execute(request: Request) -> Response:
+        request_id(request)
+        principal = await service.authenticate(request.headers.get("authorization"))
+        request.state.org_profile = principal.org.wire_profile
+        body = await read_json_body(request, settings.max_body_bytes)
+        execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
+        result = await service.execute(principal, execute_request)
+        status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
+        headers = profile_headers(request)
+        if result.repeated:
+            headers["Idempotent-Replayed"] = "true"
+        return json_response(result.receipt, status, headers)
+
+    async def service_keys(request: Request) -> Response:
+        now = service.clock()
+        document = key_list_document(runtime.keyring.records, settings.issuer, now)
+        return json_response(document, headers=PUBLIC_CACHE)
+
+    async def jwks(request: Request) -> Response:
+        return json_response(jwks_document(runtime.keyring.records), headers=PUBLIC_CACHE)
+
+    async def verify_receipt_shape(request: Request) -> Response:
+        body = await read_json_body(request, settings.max_body_bytes)
+        receipt = body.get("receipt", body) if isinstance(body, dict) else body
+        errors = check_receipt_shape(receipt)
+        return json_response({"valid": not errors, "errors": errors})
+
+    async def verify_signature(request: Request) -> Response:
+        body = await read_json_body(request, settings.max_body_bytes)
+        receipt = body.get("receipt", body) if isinstance(body, dict) else body
+        now = service.clock()
+        keys, issuer = parse_key_list(
+            key_list_document(runtime.keyring.records, settings.issuer, now)
+        )
+        verdict = verify_receipt(receipt, keys, now=now, issuer=issuer)
+        return json_response(
+            {
+                "valid": verdict.authentic,
+                "key_id": verdict.key_id,
+                "reason": verdict.reason,
+                "detail": verdict.detail,
+                "decision": verdict.decision,
+                "expired": verdict.expired,
+            }
+        )
+
+    async def openapi(request: Request) -> Response:
+        return PlainTextResponse(OPENAPI.read_text(), media_type="application/yaml")
+
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        """Ready when the writer runs, the database answers and a key can sign."""
+        if not runtime.writer.running:
+            raise ServiceUnavailable("the receipt writer is not running")
+        try:
+            await anyio.to_thread.run_sync(runtime.control.get_setting, "schema_probe")
+        except Exception as exc:
+            raise ServiceUnavailable("the database is not reachable") from exc
+        runtime.keyring.signer(service.clock())
+        return json_response({"status": "ready"})
+
+    return [
+        Route("/v1/execute", execute, methods=["POST"]),
+        Route("/execute", execute, methods=["POST"]),
+        Route("/.well-known/service-keys.json", service_keys, methods=["GET"]),
+        Route("/.well-known/jwks.json", jwks, methods=["GET"]),
+        Route("/protocol/verify-receipt", verify_receipt_shape, methods=["POST"]),
+        Route("/protocol/verify-signature", verify_signature, methods=["POST"]),
+        Route("/openapi.yaml", openapi, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]

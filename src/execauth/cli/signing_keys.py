@@ -1,0 +1,80 @@
+"""``execauth signing-keys``: list, rotate and revoke the receipt-signing keys.
+
+These act on the database directly; running instances pick changes up within
+``EXECAUTH_REFRESH_INTERVAL_SECONDS``. A rotated-out key keeps its signing window
+open for ``ROTATION_OVERLAP`` so no instance signs outside a key's window.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from execauth.config import Settings
+from execauth.keyring import ROTATION_OVERLAP, generate_signing_key, key_list_entry
+from execauth.runtime import open_stores
+from execauth.store.signing_keys import SigningKeyStore
+
+app = typer.Typer(help="Manage the Ed25519 keys that sign receipts.", no_args_is_help=True)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _open() -> tuple[SigningKeyStore, object]:
+    settings = Settings()
+    secret, engine = open_stores(settings, migrate=True)
+    return SigningKeyStore(engine), secret
+
+
+@app.command("list")
+def list_keys(as_json: JsonFlag = False) -> None:
+    """Show every signing key and its status."""
+    store, _ = _open()
+    now = datetime.now(UTC)
+    entries = [key_list_entry(r, now) for r in store.all_keys()]
+    if as_json:
+        typer.echo(json.dumps(entries, indent=2))
+        return
+    table = Table("key_id", "status", "created_at", "expires_at")
+    for e in entries:
+        table.add_row(e["key_id"], e["status"], e["created_at"], e["expires_at"] or "")
+    Console().print(table)
+
+
+@app.command("rotate")
+def rotate() -> None:
+    """Add a new active key; current keys retire after the overlap and stay published."""
+    settings = Settings()
+    secret, engine = open_stores(settings, migrate=True)
+    store = SigningKeyStore(engine)
+    now = datetime.now(UTC)
+    new_key = generate_signing_key(secret, now)
+    retired = store.rotate(new_key, now + ROTATION_OVERLAP)
+    typer.echo(f"new signing key {new_key.key_id}")
+    for key_id in retired:
+        typer.echo(f"retiring {key_id} at {(now + ROTATION_OVERLAP).isoformat()}")
+
+
+@app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="The key to revoke (service_key_…).")],
+) -> None:
+    """Revoke a key: receipts it signed stop verifying. A revoked active key is replaced."""
+    settings = Settings()
+    secret, engine = open_stores(settings, migrate=True)
+    store = SigningKeyStore(engine)
+    now = datetime.now(UTC)
+    records = {r.key_id: r for r in store.all_keys()}
+    if key_id not in records:
+        typer.echo(f"no signing key {key_id}", err=True)
+        raise typer.Exit(1)
+    if records[key_id].can_sign_at(now):
+        replacement = generate_signing_key(secret, now)
+        store.insert_key(replacement)
+        typer.echo(f"new signing key {replacement.key_id}")
+    store.revoke(key_id, now)
+    typer.echo(f"revoked {key_id}")

@@ -1,0 +1,73 @@
+"""One settings object, from ``EXECAUTH_*`` environment variables and an optional TOML file."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Environment variables win over the TOML file."""
+
+    model_config = SettingsConfigDict(env_prefix="EXECAUTH_", extra="ignore")
+
+    database_url: str = "sqlite:///./execauth.db"
+    # Sealing key for signing keys and the API-key hashing key. When unset, a
+    # random one is kept in ``secret_key_file`` (created 0600 on first start).
+    secret_key: str | None = Field(default=None, repr=False)
+    secret_key_file: Path = Path("./execauth-secret.key")
+    admin_token: str | None = Field(default=None, repr=False)
+    issuer: str = "http://127.0.0.1:8080"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    redis_url: str | None = None
+    max_body_bytes: int = 64 * 1024
+    write_timeout_seconds: float = 10.0
+    writer_max_batch: int = 512
+    # How often an instance re-reads keys and policies changed by another process.
+    refresh_interval_seconds: float = 1.0
+    config_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = os.environ.get("EXECAUTH_CONFIG_FILE")
+        if toml_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    def resolved_secret_key(self) -> str:
+        """The configured secret, or the one kept in ``secret_key_file`` (created if absent)."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.secret_key_file
+        if path.exists():
+            return path.read_text().strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value + "\n")
+        return value
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings(**overrides)

@@ -1,0 +1,143 @@
+"""The one error hierarchy of execauth.
+
+Every failure that can reach a client is an ``ExecauthError`` subclass carrying
+its wire ``code`` and HTTP ``status`` (spec §7, DESIGN.md §2). The API layer
+renders them in one place (``execauth.api.errors``); nothing else builds error
+bodies. The tree:
+
+    ExecauthError
+    ├── InvalidRequest          400 invalid_request
+    ├── Unauthorized            401 unauthorized
+    ├── Forbidden               403 forbidden
+    ├── NotFound                404 not_found
+    │   └── SurfaceNotFound     404 surface_not_found
+    ├── MethodNotAllowed        405 method_not_allowed
+    ├── IdempotencyConflict     409 idempotency_conflict
+    ├── PayloadTooLarge         413 payload_too_large
+    ├── RateLimited             429 rate_limited
+    ├── QuotaExceeded           429 SERVICE_PLAN_LIMIT_EXCEEDED
+    ├── InternalError           500 internal_error
+    └── ServiceUnavailable      503 service_unavailable
+        └── SigningUnavailable  503 service_unavailable (no usable signing key)
+"""
+
+from __future__ import annotations
+
+
+class ExecauthError(Exception):
+    """Base of every error that maps to a wire response."""
+
+    code: str = "internal_error"
+    status: int = 500
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        details: list[dict[str, object]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+        self.details = details
+
+
+class InvalidRequest(ExecauthError):
+    code = "invalid_request"
+    status = 400
+
+
+class Unauthorized(ExecauthError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(ExecauthError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(ExecauthError):
+    code = "not_found"
+    status = 404
+
+
+class SurfaceNotFound(NotFound):
+    code = "surface_not_found"
+
+
+class MethodNotAllowed(ExecauthError):
+    code = "method_not_allowed"
+    status = 405
+
+
+class IdempotencyConflict(ExecauthError):
+    code = "idempotency_conflict"
+    status = 409
+
+
+class PayloadTooLarge(ExecauthError):
+    code = "payload_too_large"
+    status = 413
+
+
+class RateLimited(ExecauthError):
+    code = "rate_limited"
+    status = 429
+
+
+class QuotaExceeded(ExecauthError):
+    code = "SERVICE_PLAN_LIMIT_EXCEEDED"
+    status = 429
+
+
+class InternalError(ExecauthError):
+    code = "internal_error"
+    status = 500
+
+
+class ServiceUnavailable(ExecauthError):
+    code = "service_unavailable"
+    status = 503
+
+
+class SigningUnavailable(ServiceUnavailable):
+    """No active signing key could be loaded: we refuse to answer unsigned."""
+
+
+class PolicyInvalid(InvalidRequest):
+    """A policy document was refused at publish time; ``problems`` says where and why."""
+
+    def __init__(self, problems: list[PolicyProblem]) -> None:
+        self.problems = problems
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(
+            f"invalid policy: {problems[0]}{more}", details=[p.as_dict() for p in problems]
+        )
+
+
+class PolicyProblem:
+    """One reason a policy document is invalid, located as precisely as we can."""
+
+    __slots__ = ("line", "path", "reason", "rule_id")
+
+    def __init__(
+        self, path: str, reason: str, *, rule_id: str | None = None, line: int | None = None
+    ) -> None:
+        self.path = path
+        self.reason = reason
+        self.rule_id = rule_id
+        self.line = line
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "rule_id": self.rule_id,
+            "reason": self.reason,
+        }
+
+    def __str__(self) -> str:
+        where = self.path + (f" (line {self.line})" if self.line is not None else "")
+        return f"{where}: {self.reason}"

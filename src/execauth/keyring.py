@@ -1,0 +1,182 @@
+"""Signing keys: generation, sealing at rest, publication, and the active signer.
+
+Private keys never leave this module unsealed except inside ``ActiveSigner``.
+At rest they are sealed with AES-256-GCM under a key derived from
+``EXECAUTH_SECRET_KEY``; the key id is the associated data, so a sealed blob
+moved to another key's row fails to open.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from execauth.server_secret import ServerSecret
+from execauth.verify import key_id_for
+from execauth.wire_time import format_timestamp
+
+SEAL_PURPOSE = "signing-key-seal-v1"
+KEY_LIST_CACHE_TTL = 3600
+# After a rotation the old key keeps signing validity this long, so that every
+# instance has re-read the key table (each does so every second) before the
+# old key's window closes: no receipt is ever signed outside its key's window.
+ROTATION_OVERLAP = timedelta(seconds=60)
+
+
+def choose_signing_key(
+    records: Iterable[SigningKeyRecord], now: datetime
+) -> SigningKeyRecord | None:
+    """The newest key that may sign at ``now``; ``None`` means nothing may be signed."""
+    usable = [r for r in records if r.can_sign_at(now)]
+    return max(usable, key=lambda r: r.created_at) if usable else None
+
+
+class KeyUnsealError(Exception):
+    """A sealed private key could not be opened: wrong EXECAUTH_SECRET_KEY or tampered row."""
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeyRecord:
+    """A signing key as stored: public part in clear, private part sealed."""
+
+    key_id: str
+    public_key: bytes  # raw 32 bytes
+    sealed_private_key: bytes
+    created_at: datetime
+    retired_at: datetime | None
+    revoked_at: datetime | None
+
+    def status(self, now: datetime) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.retired_at is not None and self.retired_at <= now:
+            return "retired"
+        return "active"
+
+    def can_sign_at(self, now: datetime) -> bool:
+        return self.status(now) == "active" and self.created_at <= now
+
+
+class ActiveSigner:
+    """The key that signs new receipts (satisfies ``receipts.Signer``)."""
+
+    def __init__(self, key_id: str, private_key: Ed25519PrivateKey) -> None:
+        self._key_id = key_id
+        self._private_key = private_key
+
+    @property
+    def key_id(self) -> str:
+        return self._key_id
+
+    def sign(self, data: bytes) -> bytes:
+        return self._private_key.sign(data)
+
+
+def generate_signing_key(secret: ServerSecret, now: datetime) -> SigningKeyRecord:
+    """A fresh Ed25519 key, sealed for storage."""
+    private_key = Ed25519PrivateKey.generate()
+    raw_public = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    key_id = key_id_for(raw_public)
+    return SigningKeyRecord(
+        key_id=key_id,
+        public_key=raw_public,
+        sealed_private_key=seal_private_key(secret, key_id, private_key),
+        created_at=now,
+        retired_at=None,
+        revoked_at=None,
+    )
+
+
+def seal_private_key(secret: ServerSecret, key_id: str, private_key: Ed25519PrivateKey) -> bytes:
+    raw = private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    nonce = os.urandom(12)
+    return nonce + AESGCM(secret.derive(SEAL_PURPOSE)).encrypt(nonce, raw, key_id.encode())
+
+
+def unseal_signer(secret: ServerSecret, record: SigningKeyRecord) -> ActiveSigner:
+    """Open ``record``'s private key; refuse one whose public half does not match."""
+    sealed = record.sealed_private_key
+    try:
+        raw = AESGCM(secret.derive(SEAL_PURPOSE)).decrypt(
+            sealed[:12], sealed[12:], record.key_id.encode()
+        )
+    except InvalidTag as exc:
+        raise KeyUnsealError(
+            f"cannot open signing key {record.key_id}: EXECAUTH_SECRET_KEY differs from the one "
+            "that sealed it, or the stored key was altered"
+        ) from exc
+    private_key = Ed25519PrivateKey.from_private_bytes(raw)
+    derived = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    if derived != record.public_key:
+        raise KeyUnsealError(f"signing key {record.key_id}: private and public halves differ")
+    return ActiveSigner(record.key_id, private_key)
+
+
+def _spki_base64(raw_public: bytes) -> str:
+    spki = Ed25519PublicKey.from_public_bytes(raw_public).public_bytes(
+        Encoding.DER, PublicFormat.SubjectPublicKeyInfo
+    )
+    return base64.b64encode(spki).decode("ascii")
+
+
+def key_list_entry(record: SigningKeyRecord, now: datetime) -> dict[str, Any]:
+    """One entry of the published key list.
+
+    ``expires_at`` is when the key stops (or stopped) signing: its retirement
+    time, set at rotation; ``null`` while no successor exists. A receipt dated
+    at or after it does not verify with this key.
+    """
+    ended = record.retired_at or record.revoked_at
+    return {
+        "id": record.key_id,
+        "key_id": record.key_id,
+        "algorithm": "Ed25519",
+        "public_key": _spki_base64(record.public_key),
+        "created_at": format_timestamp(record.created_at),
+        "expires_at": format_timestamp(ended) if ended is not None else None,
+        "status": record.status(now),
+    }
+
+
+def key_list_document(
+    records: Iterable[SigningKeyRecord], issuer: str, now: datetime
+) -> dict[str, Any]:
+    """``GET /.well-known/service-keys.json`` (DESIGN.md §2)."""
+    return {
+        "keys": [key_list_entry(r, now) for r in records],
+        "issuer": issuer,
+        "cache_ttl": KEY_LIST_CACHE_TTL,
+    }
+
+
+def jwks_document(records: Iterable[SigningKeyRecord]) -> dict[str, Any]:
+    """The same keys as an RFC 7517 JWK Set of RFC 8037 OKP keys."""
+    keys = []
+    for record in records:
+        if record.revoked_at is not None:
+            continue  # a JWKS consumer has no status field; a revoked key must not verify
+        keys.append(
+            {
+                "kty": "OKP",
+                "crv": "Ed25519",
+                "x": base64.urlsafe_b64encode(record.public_key).rstrip(b"=").decode("ascii"),
+                "kid": record.key_id,
+                "alg": "EdDSA",
+                "use": "sig",
+            }
+        )
+    return {"keys": keys}

@@ -1,0 +1,107 @@
+"""Receipts: build the superset receipt of DESIGN.md §2, canonicalize it, sign it.
+
+Pure: no clock, no database, no HTTP. The caller passes ``now`` and the signer.
+The signed payload is ``JCS(receipt minus UNSIGNED_FIELDS)`` (RFC 8785); the
+offline verifier (``execauth.verify``) recomputes exactly this.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import rfc8785
+from ulid import ULID
+
+from execauth.policy.decision import Decision, Outcome, PolicyRef
+from execauth.request import ExecuteRequest
+from execauth.wire_time import format_timestamp
+
+RECEIPT_ID_PREFIX = "service_rcpt_"
+EXECUTION_ID_PREFIX = "service_exec_"
+SIGNATURE_PREFIX = "ed25519:"
+UNSIGNED_FIELDS = frozenset({"signature", "authoritySignature", "receiptHash"})
+
+
+class Signer(Protocol):
+    """Anything that signs with a published Ed25519 key."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    def sign(self, data: bytes) -> bytes: ...
+
+
+def new_receipt_id() -> str:
+    return RECEIPT_ID_PREFIX + secrets.token_hex(8)
+
+
+def new_execution_id(now: datetime) -> str:
+    return EXECUTION_ID_PREFIX + str(ULID.from_datetime(now))
+
+
+def signing_payload(receipt: Mapping[str, Any]) -> bytes:
+    """The exact bytes the signature covers: RFC 8785 JSON of the signed fields."""
+    return rfc8785.dumps({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})
+
+
+def build_receipt(
+    *,
+    receipt_id: str,
+    execution_id: str,
+    request: ExecuteRequest,
+    decision: Decision,
+    policy: PolicyRef,
+    org_id: str,
+    issuer: str,
+    now: datetime,
+    key_id: str,
+) -> dict[str, Any]:
+    """The unsigned receipt, fields in the documented order (DESIGN.md §2)."""
+    receipt: dict[str, Any] = {
+        "receipt_id": receipt_id,
+        "execution_id": execution_id,
+        "decision": decision.outcome.value,
+        "enforcement": decision.enforcement,
+        "surface": request.surface,
+    }
+    if request.action is not None:
+        receipt["action"] = request.action
+    if request.actor is not None:
+        receipt["actor"] = request.actor
+    receipt["org_id"] = org_id
+    receipt["issuer"] = issuer
+    receipt["timestamp"] = format_timestamp(now)
+    if decision.outcome is Outcome.PERMIT:
+        assert decision.ttl_seconds is not None  # the engine always sets it on PERMIT
+        receipt["expires_at"] = format_timestamp(now + timedelta(seconds=decision.ttl_seconds))
+    receipt["policy_id"] = policy.policy_id
+    receipt["policy_version"] = policy.version
+    receipt["policy_hash"] = policy.policy_hash
+    receipt["rule_id"] = decision.rule_id
+    if decision.outcome is not Outcome.PERMIT:
+        receipt["reason_code"] = decision.reason_category
+        receipt["reasonCode"] = decision.reason
+        receipt["message"] = decision.message
+    if request.idempotency_key is not None:
+        receipt["request_id"] = request.idempotency_key
+    receipt["request_digest"] = request.digest
+    receipt["key_id"] = key_id
+    return receipt
+
+
+def sign_receipt(unsigned: Mapping[str, Any], signer: Signer) -> tuple[dict[str, Any], bytes]:
+    """Sign ``unsigned``; return the complete receipt and the signed payload bytes."""
+    if unsigned.get("key_id") != signer.key_id:
+        raise ValueError("receipt names a different key than the signer's")
+    payload = signing_payload(unsigned)
+    signature = SIGNATURE_PREFIX + base64.b64encode(signer.sign(payload)).decode("ascii")
+    signed = dict(unsigned)
+    signed["signature"] = signature
+    signed["authoritySignature"] = signature
+    signed["receiptHash"] = "sha256:" + hashlib.sha256(payload).hexdigest()
+    return signed, payload

@@ -1,0 +1,169 @@
+"""Wiring: build every long-lived object of a running service from ``Settings``.
+
+``bootstrap`` is what ``execauth serve`` and the tests call; the app factory
+(``execauth.api.app.create_app``) takes the resulting ``Runtime``. No globals.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+
+from execauth.config import Settings
+from execauth.errors import SigningUnavailable
+from execauth.keyring import (
+    ActiveSigner,
+    KeyUnsealError,
+    SigningKeyRecord,
+    choose_signing_key,
+    generate_signing_key,
+    unseal_signer,
+)
+from execauth.server_secret import ServerSecret
+from execauth.store.control import ControlStore
+from execauth.store.database import make_engine, upgrade
+from execauth.store.executions import ExecutionStore
+from execauth.store.signing_keys import SigningKeyStore
+from execauth.store.writer import ReceiptWriter
+
+ADMIN_TOKEN_SETTING = "admin_token_hash"  # noqa: S105 - a settings row name, not a secret
+ADMIN_TOKEN_PURPOSE = "admin-token-hash-v1"  # noqa: S105 - an HKDF label
+
+
+class Keyring:
+    """The published keys and the signer in use, refreshed from the database.
+
+    Refreshing keeps every instance in step with ``execauth signing-keys rotate``
+    and ``revoke`` run elsewhere. When no key may sign, ``signer`` raises
+    ``SigningUnavailable``: the gateway answers 503, never an unsigned receipt.
+    """
+
+    def __init__(self, store: SigningKeyStore, secret: ServerSecret) -> None:
+        self._store = store
+        self._secret = secret
+        self._lock = threading.Lock()
+        self.records: list[SigningKeyRecord] = []
+        self._signer: ActiveSigner | None = None
+        self._signer_record: SigningKeyRecord | None = None
+
+    def refresh(self, now: datetime) -> None:
+        records = self._store.all_keys()
+        chosen = choose_signing_key(records, now)
+        signer = self._signer
+        if chosen is None:
+            signer = None
+        elif self._signer is None or self._signer.key_id != chosen.key_id:
+            signer = unseal_signer(self._secret, chosen)
+        with self._lock:
+            self.records = records
+            self._signer = signer
+            self._signer_record = chosen
+
+    def signer(self, now: datetime) -> ActiveSigner:
+        with self._lock:
+            signer, record = self._signer, self._signer_record
+        if signer is None or record is None or not record.can_sign_at(now):
+            raise SigningUnavailable("no signing key is available; receipts cannot be signed")
+        return signer
+
+
+class AdminAuth:
+    """The platform administrator's bootstrap token (DESIGN.md §3)."""
+
+    def __init__(self, secret: ServerSecret, *, token: str | None, token_hash: str | None) -> None:
+        self._secret = secret
+        self._token = token
+        self._token_hash = token_hash
+
+    def check(self, presented: str) -> bool:
+        if self._token is not None:
+            return hmac.compare_digest(presented.encode(), self._token.encode())
+        if self._token_hash is None:
+            return False
+        candidate = self._secret.keyed_hash(ADMIN_TOKEN_PURPOSE, presented)
+        return hmac.compare_digest(candidate, self._token_hash)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    secret: ServerSecret
+    engine: Engine
+    control: ControlStore
+    executions: ExecutionStore
+    signing_keys: SigningKeyStore
+    keyring: Keyring
+    writer: ReceiptWriter
+    admin: AdminAuth
+    generated_admin_token: str | None = None
+    started: bool = field(default=False)
+
+    def start(self) -> None:
+        """Start the writer (idempotent); the app's lifespan calls this."""
+        if not self.started:
+            self.writer.start()
+            self.started = True
+
+    def stop(self) -> None:
+        if self.started:
+            self.writer.stop()
+            self.started = False
+        self.engine.dispose()
+
+
+def open_stores(
+    settings: Settings, *, migrate: bool = True, schema: str | None = None
+) -> tuple[ServerSecret, Engine]:
+    secret = ServerSecret(settings.resolved_secret_key())
+    engine = make_engine(settings.database_url, schema=schema)
+    if migrate:
+        upgrade(engine)
+    return secret, engine
+
+
+def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
+    """Open the database (migrating it), ensure a signing key and an admin credential."""
+    secret, engine = open_stores(settings, schema=schema)
+    control = ControlStore(engine)
+    signing_store = SigningKeyStore(engine)
+    now = datetime.now(UTC)
+
+    if choose_signing_key(signing_store.all_keys(), now) is None:
+        signing_store.insert_key(generate_signing_key(secret, now))
+    keyring = Keyring(signing_store, secret)
+    try:
+        keyring.refresh(now)
+    except KeyUnsealError as exc:
+        raise SystemExit(f"execauth: {exc}") from exc
+
+    generated: str | None = None
+    token_hash: str | None = None
+    if settings.admin_token is None:
+        token_hash = control.get_setting(ADMIN_TOKEN_SETTING)
+        if token_hash is None:
+            candidate = "service_admin_" + secrets.token_urlsafe(32)
+            candidate_hash = secret.keyed_hash(ADMIN_TOKEN_PURPOSE, candidate)
+            token_hash = control.set_setting_if_absent(ADMIN_TOKEN_SETTING, candidate_hash)
+            if token_hash == candidate_hash:
+                generated = candidate  # we won any race: ours is the one to print
+    return Runtime(
+        settings=settings,
+        secret=secret,
+        engine=engine,
+        control=control,
+        executions=ExecutionStore(engine),
+        signing_keys=signing_store,
+        keyring=keyring,
+        writer=ReceiptWriter(
+            engine,
+            max_batch=settings.writer_max_batch,
+            timeout_seconds=settings.write_timeout_seconds,
+        ),
+        admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
+        generated_admin_token=generated,
+    )

@@ -1,0 +1,245 @@
+"""The execute use case: authenticate, decide, sign, store, answer.
+
+One request's way (STYLE.md): the API parses the wire form into an
+``ExecuteRequest`` and calls ``ExecutionService.execute``, which asks tenancy
+who is calling, ``policy`` what to decide, ``receipts`` to sign, and the writer
+to commit; only then is the receipt returned. Every failure raises an
+``ExecauthError``; nothing here returns PERMIT except a PERMIT decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import anyio.to_thread
+import msgspec
+
+from execauth.errors import (
+    Forbidden,
+    IdempotencyConflict,
+    InternalError,
+    PolicyInvalid,
+    SurfaceNotFound,
+    Unauthorized,
+)
+from execauth.policy.decision import PolicyRef
+from execauth.policy.document import parse_policy_document
+from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
+from execauth.receipts import (
+    build_receipt,
+    new_execution_id,
+    new_receipt_id,
+    sign_receipt,
+)
+from execauth.request import ExecuteRequest
+from execauth.runtime import Runtime
+from execauth.store.control import ControlStore, StoredPolicy
+from execauth.store.executions import ExecutionRecord
+from execauth.tenancy.api_keys import ApiKey, hash_secret, is_well_formed_secret
+from execauth.tenancy.orgs import Org
+from execauth.wire_time import format_timestamp, truncate_to_millis
+
+Clock = Callable[[], datetime]
+_MAX_CACHED_CREDENTIALS = 10_000
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    api_key: ApiKey
+    org: Org
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteResult:
+    receipt: bytes  # the response body
+    decision: str
+    repeated: bool  # an idempotent repeat answered from the store
+
+
+class CredentialCache:
+    """Bearer secret → principal, re-read from the database after ``ttl`` seconds.
+
+    The short ttl bounds how long a revoked key keeps working on an instance that
+    did not revoke it (DESIGN.md §3: within one second on every instance).
+    """
+
+    def __init__(self, runtime: Runtime, ttl: float) -> None:
+        self._runtime = runtime
+        self._ttl = ttl
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+
+    def invalidate(self) -> None:
+        self._entries.clear()
+
+    async def principal(self, secret: str) -> Principal | None:
+        secret_hash = hash_secret(self._runtime.secret, secret)
+        entry = self._entries.get(secret_hash)
+        if entry is not None and time.monotonic() - entry[0] < self._ttl:
+            return entry[1]
+        principal = await anyio.to_thread.run_sync(self._load, secret_hash)
+        if len(self._entries) >= _MAX_CACHED_CREDENTIALS:
+            self._entries.clear()
+        self._entries[secret_hash] = (time.monotonic(), principal)
+        return principal
+
+    def _load(self, secret_hash: str) -> Principal | None:
+        key = self._runtime.control.api_key_by_secret_hash(secret_hash)
+        if key is None:
+            return None
+        org = self._runtime.control.get_org(key.org_id)
+        return Principal(key, org) if org is not None else None
+
+
+class PolicyCache:
+    """An org's active ``PolicySet``; each version is compiled once and kept."""
+
+    def __init__(self, control: ControlStore, ttl: float) -> None:
+        self._control = control
+        self._ttl = ttl
+        self._sets: dict[str, tuple[float, PolicySet]] = {}
+        self._compiled: dict[tuple[str, str, int], CompiledPolicy] = {}
+
+    def invalidate(self, org_id: str) -> None:
+        self._sets.pop(org_id, None)
+
+    async def policy_set(self, org_id: str) -> PolicySet:
+        entry = self._sets.get(org_id)
+        if entry is not None and time.monotonic() - entry[0] < self._ttl:
+            return entry[1]
+        policy_set = await anyio.to_thread.run_sync(self._load, org_id)
+        self._sets[org_id] = (time.monotonic(), policy_set)
+        return policy_set
+
+    def _load(self, org_id: str) -> PolicySet:
+        return PolicySet(self._compile(stored) for stored in self._control.latest_policies(org_id))
+
+    def _compile(self, stored: StoredPolicy) -> CompiledPolicy:
+        cache_key = (stored.org_id, stored.policy_id, stored.version)
+        compiled = self._compiled.get(cache_key)
+        if compiled is None:
+            try:
+                document = parse_policy_document(
+                    msgspec.json.encode(stored.document).decode(), policy_id=stored.policy_id
+                )
+                compiled = compile_policy(
+                    document, PolicyRef(stored.policy_id, stored.version, stored.policy_hash)
+                )
+            except PolicyInvalid as exc:
+                # A stored version that no longer compiles must not be skipped: skipping
+                # it could let a less specific block decide. Refuse the whole org instead.
+                raise InternalError(
+                    f"stored policy {stored.policy_id} v{stored.version} is unusable: {exc}"
+                ) from exc
+            self._compiled[cache_key] = compiled
+        return compiled
+
+
+class ExecutionService:
+    def __init__(self, runtime: Runtime, *, clock: Clock = utc_now) -> None:
+        self.runtime = runtime
+        self.clock = clock
+        ttl = runtime.settings.refresh_interval_seconds
+        self.credentials = CredentialCache(runtime, ttl)
+        self.policies = PolicyCache(runtime.control, ttl)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key (spec §5)."""
+        if not authorization:
+            raise Unauthorized("missing Authorization: Bearer <API key>")
+        scheme, _, secret = authorization.partition(" ")
+        secret = secret.strip()
+        if scheme.lower() != "bearer" or not is_well_formed_secret(secret):
+            raise Unauthorized("malformed API key")
+        principal = await self.credentials.principal(secret)
+        now = self.clock()
+        if principal is None or not principal.api_key.is_usable(now):
+            raise Unauthorized("unknown, expired or revoked API key")
+        if principal.org.disabled_at is not None:
+            raise Unauthorized("the organization is disabled")
+        return principal
+
+    async def execute(self, principal: Principal, request: ExecuteRequest) -> ExecuteResult:
+        key, org = principal.api_key, principal.org
+        if key.role != "execute":
+            raise Forbidden(f"a key with role {key.role!r} cannot request executions")
+        if not key.allows_surface(request.surface):
+            raise Forbidden(f"this API key may not request surface {request.surface!r}")
+
+        policy_set = await self.policies.policy_set(org.org_id)
+        selected = policy_set.select(request.surface)
+        if selected is None:
+            repeated = await self._stored_repeat(org.org_id, request)
+            if repeated is not None:
+                return repeated
+            raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
+        policy, block = selected
+
+        now = truncate_to_millis(self.clock())
+        evaluation_input = request.evaluation_input()
+        org_facts = org.facts()
+        decision = evaluate(block, evaluation_input, now=now, org=org_facts)
+        signer = self.runtime.keyring.signer(now)
+        unsigned = build_receipt(
+            receipt_id=new_receipt_id(),
+            execution_id=new_execution_id(now),
+            request=request,
+            decision=decision,
+            policy=policy.ref,
+            org_id=org.org_id,
+            issuer=self.runtime.settings.issuer,
+            now=now,
+            key_id=signer.key_id,
+        )
+        receipt, _payload = sign_receipt(unsigned, signer)
+        body = msgspec.json.encode(receipt)
+        record = ExecutionRecord(
+            execution_id=receipt["execution_id"],
+            receipt_id=receipt["receipt_id"],
+            org_id=org.org_id,
+            idempotency_key=request.idempotency_key,
+            request_digest=receipt["request_digest"],
+            surface=request.surface,
+            actor=request.actor,
+            decision=decision.outcome.value,
+            policy_id=policy.ref.policy_id,
+            policy_version=policy.ref.version,
+            rule_id=decision.rule_id,
+            reason=decision.reason,
+            decided_at_ms=int(now.timestamp() * 1000),
+            evaluation_input=msgspec.json.encode(
+                {"request": evaluation_input, "org": org_facts, "now": format_timestamp(now)}
+            ).decode(),
+            receipt=body,
+        )
+        prior = await self.runtime.writer.write(record)
+        if prior is not None:
+            return self._repeat(prior.request_digest, prior.decision, prior.receipt, request)
+        return ExecuteResult(body, decision.outcome.value, repeated=False)
+
+    async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
+        """A repeat whose surface no longer has a policy still gets its original receipt."""
+        if request.idempotency_key is None:
+            return None
+        prior = await anyio.to_thread.run_sync(
+            self.runtime.executions.by_idempotency_key, org_id, request.idempotency_key
+        )
+        if prior is None:
+            return None
+        return self._repeat(prior.request_digest, prior.decision, prior.receipt, request)
+
+    @staticmethod
+    def _repeat(
+        digest: str, decision: str, receipt: bytes, request: ExecuteRequest
+    ) -> ExecuteResult:
+        if digest != request.digest:
+            raise IdempotencyConflict(
+                "this idempotency key was already used for a different request"
+            )
+        return ExecuteResult(receipt, decision, repeated=True)

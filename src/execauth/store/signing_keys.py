@@ -1,0 +1,85 @@
+"""Repository for the service's signing keys (sealed private halves, see ``keyring``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from execauth.keyring import SigningKeyRecord
+from execauth.store.tables import signing_keys
+
+
+class SigningKeyStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def all_keys(self) -> list[SigningKeyRecord]:
+        """Every key ever created, oldest first: all stay published so old receipts verify."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(signing_keys).order_by(signing_keys.c.created_at)).mappings()
+            return [_record(row) for row in rows]
+
+    def insert_key(self, record: SigningKeyRecord) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(signing_keys).values(**_values(record)))
+
+    def rotate(self, new_key: SigningKeyRecord, retire_at: datetime) -> list[str]:
+        """Add ``new_key`` and schedule every active key's retirement, in one transaction."""
+        with self.engine.begin() as conn:
+            active = (
+                conn.execute(
+                    select(signing_keys.c.key_id).where(
+                        signing_keys.c.retired_at.is_(None), signing_keys.c.revoked_at.is_(None)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            conn.execute(
+                update(signing_keys)
+                .where(signing_keys.c.key_id.in_(active))
+                .values(retired_at=retire_at)
+            )
+            conn.execute(insert(signing_keys).values(**_values(new_key)))
+        return list(active)
+
+    def revoke(self, key_id: str, now: datetime) -> bool:
+        """Mark ``key_id`` revoked (receipts it signed no longer verify); ``False`` if unknown."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(signing_keys)
+                .where(signing_keys.c.key_id == key_id, signing_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            if result.rowcount == 0:
+                return (
+                    conn.execute(
+                        select(signing_keys.c.key_id).where(signing_keys.c.key_id == key_id)
+                    ).first()
+                    is not None
+                )
+        return True
+
+
+def _values(record: SigningKeyRecord) -> dict[str, Any]:
+    return {
+        "key_id": record.key_id,
+        "public_key": record.public_key,
+        "sealed_private_key": record.sealed_private_key,
+        "created_at": record.created_at,
+        "retired_at": record.retired_at,
+        "revoked_at": record.revoked_at,
+    }
+
+
+def _record(row: Any) -> SigningKeyRecord:
+    return SigningKeyRecord(
+        key_id=row["key_id"],
+        public_key=bytes(row["public_key"]),
+        sealed_private_key=bytes(row["sealed_private_key"]),
+        created_at=row["created_at"],
+        retired_at=row["retired_at"],
+        revoked_at=row["revoked_at"],
+    )

@@ -1,0 +1,137 @@
+"""The receipt writer: one thread, group commit, no acknowledged receipt lost.
+
+Requests hand their ``ExecutionRecord`` to ``write`` and wait; the writer thread
+takes everything queued, inserts it in one transaction and commits once (one
+fsync for the whole batch under SQLite ``synchronous=FULL``), then wakes each
+waiter. Only after that does the gateway send the receipt (DESIGN.md §4).
+
+A failing batch is retried one record per transaction so that one bad row (an
+id collision, say) fails only its own request. A request whose record could not
+be committed gets ``ServiceUnavailable``: never a receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine
+
+from execauth.errors import ServiceUnavailable
+from execauth.store.executions import ExecutionRecord, PriorExecution, insert_execution
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+@dataclass(slots=True)
+class _Pending:
+    record: ExecutionRecord
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[PriorExecution | None]
+
+
+class ReceiptWriter:
+    def __init__(self, engine: Engine, *, max_batch: int = 512, timeout_seconds: float = 10.0):
+        self.engine = engine
+        self.max_batch = max_batch
+        self.timeout_seconds = timeout_seconds
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._connection: Connection | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="execauth-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Commit everything queued so far, then end the thread."""
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    async def write(self, record: ExecutionRecord) -> PriorExecution | None:
+        """Durably store ``record``; return the prior execution if its idempotency key is taken."""
+        if not self.running:
+            raise ServiceUnavailable("the receipt store is not accepting writes")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PriorExecution | None] = loop.create_future()
+        self._queue.put(_Pending(record, loop, future))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout_seconds)
+        except TimeoutError as exc:
+            raise ServiceUnavailable("the receipt store did not confirm the write in time") from exc
+
+    # the writer thread ------------------------------------------------------
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[_Pending] = []
+            item = self._queue.get()
+            while True:
+                if item is _STOP:
+                    stopping = True
+                else:
+                    assert isinstance(item, _Pending)
+                    batch.append(item)
+                if stopping or len(batch) >= self.max_batch:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._commit(batch)
+        if self._connection is not None:
+            self._connection.close()
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        try:
+            results = self._insert(batch)
+        except Exception:
+            if len(batch) == 1:
+                log.exception("receipt write failed")
+                _settle(batch[0], None, ServiceUnavailable("the receipt could not be stored"))
+                return
+            for pending in batch:
+                self._commit([pending])
+            return
+        for pending, result in zip(batch, results, strict=True):
+            _settle(pending, result, None)
+
+    def _insert(self, batch: list[_Pending]) -> list[PriorExecution | None]:
+        if self._connection is None or self._connection.closed:
+            self._connection = self.engine.connect()
+        conn = self._connection
+        try:
+            with conn.begin():
+                return [insert_execution(conn, pending.record) for pending in batch]
+        except Exception:
+            # The connection may be broken (server gone, disk full): start afresh next time.
+            conn.close()
+            self._connection = None
+            raise
+
+
+def _settle(pending: _Pending, result: PriorExecution | None, error: BaseException | None) -> None:
+    def resolve() -> None:
+        if pending.future.done():
+            return
+        if error is not None:
+            pending.future.set_exception(error)
+        else:
+            pending.future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to answer
+        pending.loop.call_soon_threadsafe(resolve)

@@ -1,0 +1,194 @@
+"""Offline receipt verification: a receipt and a key list in, a verdict out.
+
+This module is what a relying party runs; it imports nothing from the server,
+reads no clock (the caller passes ``now``) and touches no network. A receipt is
+*authentic* when (DESIGN.md §2):
+
+1. it is a JSON object with a ``key_id`` naming a key in the list,
+2. that key's ``id`` is ``service_key_`` + the first 16 hex digits of SHA-256 of
+   its raw public key (so a tampered list cannot relabel a key),
+3. the key is not revoked and ``created_at <= timestamp < expires_at``,
+4. ``signature`` (and ``authoritySignature``, which must equal it) is a valid
+   Ed25519 signature over RFC 8785 JSON of the receipt minus the unsigned fields,
+5. ``receiptHash`` is SHA-256 of that same payload.
+
+A PERMIT is *usable* only while ``now < expires_at``; expiry is reported apart
+from authenticity.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_der_public_key
+
+from execauth.receipts import SIGNATURE_PREFIX, signing_payload
+from execauth.wire_time import parse_timestamp
+
+KEY_ID_PREFIX = "service_key_"
+DECISIONS = frozenset({"PERMIT", "DENY", "SILENCE"})
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedKey:
+    key_id: str
+    public_key: Ed25519PublicKey
+    created_at: datetime
+    expires_at: datetime | None
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``reason`` is ``"valid"`` or the first problem found (a stable code); ``detail`` explains."""
+
+    authentic: bool
+    reason: str
+    detail: str
+    key_id: str | None = None
+    decision: str | None = None
+    expired: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """Authentic and, for a PERMIT, not yet expired."""
+        return self.authentic and not self.expired
+
+
+class KeyListError(ValueError):
+    """The key list itself is malformed."""
+
+
+def key_id_for(raw_public_key: bytes) -> str:
+    return KEY_ID_PREFIX + hashlib.sha256(raw_public_key).hexdigest()[:16]
+
+
+def parse_key_list(document: Mapping[str, Any]) -> tuple[dict[str, PublishedKey], str | None]:
+    """Parse ``/.well-known/service-keys.json``; return keys by id and the list's issuer."""
+    entries = document.get("keys")
+    if not isinstance(entries, list):
+        raise KeyListError("key list has no 'keys' array")
+    keys: dict[str, PublishedKey] = {}
+    for entry in entries:
+        key = _parse_key_entry(entry)
+        if key is not None:
+            keys[key.key_id] = key
+    issuer = document.get("issuer")
+    return keys, issuer if isinstance(issuer, str) else None
+
+
+def _parse_key_entry(entry: object) -> PublishedKey | None:
+    """One entry, or ``None`` when it is no well-formed Ed25519 key (it then verifies nothing)."""
+    if not isinstance(entry, dict):
+        return None
+    if str(entry.get("algorithm", "")).lower() != "ed25519":
+        return None
+    key_id = entry.get("key_id", entry.get("id"))
+    try:
+        der = base64.b64decode(entry["public_key"], validate=True)
+        public_key = load_der_public_key(der)
+        created_at = parse_timestamp(entry["created_at"])
+        expires_raw = entry.get("expires_at")
+        expires_at = parse_timestamp(expires_raw) if expires_raw is not None else None
+    except (KeyError, ValueError, TypeError, binascii.Error):
+        return None
+    if not isinstance(public_key, Ed25519PublicKey) or not isinstance(key_id, str):
+        return None
+    raw = public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    if key_id != key_id_for(raw) or entry.get("id", key_id) != key_id:
+        return None  # a key whose id does not match its bytes vouches for nothing
+    status = entry.get("status", "active")
+    return PublishedKey(key_id, public_key, created_at, expires_at, str(status))
+
+
+def verify_receipt(
+    receipt: object,
+    keys: Mapping[str, PublishedKey],
+    *,
+    now: datetime,
+    issuer: str | None = None,
+) -> Verdict:
+    """Check ``receipt`` against ``keys`` as of ``now``; never raises on bad input."""
+    if not isinstance(receipt, dict):
+        return Verdict(False, "malformed_receipt", "receipt is not a JSON object")
+    key_id = receipt.get("key_id")
+    decision = receipt.get("decision")
+    decision = decision if isinstance(decision, str) else None
+
+    def fail(reason: str, detail: str) -> Verdict:
+        return Verdict(False, reason, detail, key_id if isinstance(key_id, str) else None, decision)
+
+    if not isinstance(key_id, str):
+        return fail("malformed_receipt", "receipt has no key_id")
+    signature = receipt.get("signature")
+    if not isinstance(signature, str) or not signature.startswith(SIGNATURE_PREFIX):
+        return fail("malformed_receipt", "receipt has no 'ed25519:' signature")
+    if receipt.get("authoritySignature", signature) != signature:
+        return fail("signature_fields_disagree", "authoritySignature differs from signature")
+    try:
+        timestamp = parse_timestamp(receipt["timestamp"])
+    except (KeyError, ValueError, TypeError):
+        return fail("malformed_receipt", "receipt has no valid RFC 3339 timestamp")
+    if decision not in DECISIONS:
+        return fail("malformed_receipt", f"unknown decision {decision!r}")
+
+    key = keys.get(key_id)
+    if key is None:
+        return fail("unknown_key", f"key {key_id} is not in the key list")
+    if key.status == "revoked":
+        return fail("revoked_key", f"key {key_id} has been revoked")
+    if timestamp < key.created_at or (key.expires_at is not None and timestamp >= key.expires_at):
+        return fail(
+            "key_not_valid_at_timestamp",
+            f"receipt timestamp {receipt['timestamp']} is outside the validity of key {key_id}",
+        )
+    if issuer is not None and receipt.get("issuer") != issuer:
+        return fail(
+            "issuer_mismatch", f"receipt issuer {receipt.get('issuer')!r} is not {issuer!r}"
+        )
+
+    try:
+        payload = signing_payload(receipt)
+        raw_signature = base64.b64decode(signature[len(SIGNATURE_PREFIX) :], validate=True)
+        key.public_key.verify(raw_signature, payload)
+    except (InvalidSignature, ValueError, TypeError, binascii.Error):
+        return fail("bad_signature", "signature does not match the receipt's contents")
+    receipt_hash = receipt.get("receiptHash")
+    if receipt_hash is not None and receipt_hash != "sha256:" + hashlib.sha256(payload).hexdigest():
+        return fail("receipt_hash_mismatch", "receiptHash is not the SHA-256 of the signed payload")
+
+    expired = False
+    if decision == "PERMIT":
+        try:
+            expired = now >= parse_timestamp(receipt["expires_at"])
+        except (KeyError, ValueError, TypeError):
+            return fail("malformed_receipt", "PERMIT receipt has no valid expires_at")
+    detail = "signature valid" + ("; PERMIT has expired" if expired else "")
+    return Verdict(True, "valid", detail, key_id, decision, expired)
+
+
+def unmet_expectations(
+    receipt: Mapping[str, Any],
+    *,
+    surface: str | None = None,
+    actor: str | None = None,
+    request_digest: str | None = None,
+) -> list[str]:
+    """What differs between an (authentic) receipt and the request it is meant to authorize."""
+    problems = []
+    for field, expected in (
+        ("surface", surface),
+        ("actor", actor),
+        ("request_digest", request_digest),
+    ):
+        if expected is not None and receipt.get(field) != expected:
+            problems.append(f"{field} is {receipt.get(field)!r}, expected {expected!r}")
+    return problems

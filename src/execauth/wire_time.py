@@ -1,0 +1,27 @@
+"""The one timestamp format on the wire: RFC 3339, UTC, milliseconds, ``Z``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def truncate_to_millis(moment: datetime) -> datetime:
+    """Drop sub-millisecond precision so the wire form and the policy's ``now`` agree exactly."""
+    moment = moment.astimezone(UTC)
+    return moment.replace(microsecond=(moment.microsecond // 1000) * 1000)
+
+
+def format_timestamp(moment: datetime) -> str:
+    """Render ``moment`` as e.g. ``2026-11-22T10:15:30.123Z``."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp; naive or malformed input raises ``ValueError``."""
+    if not isinstance(text, str) or "T" not in text:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp has no time zone: {text!r}")
+    return parsed.astimezone(UTC)

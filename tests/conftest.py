@@ -1,0 +1,148 @@
+"""Shared fixtures: a real database (SQLite always, PostgreSQL when configured), an app, a client.
+
+PostgreSQL tests read ``EXECAUTH_TEST_POSTGRES_URL`` and skip with a visible reason
+when it is unset; each test gets its own schema so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from execauth.api.app import create_app
+from execauth.config import Settings
+from execauth.runtime import Runtime, bootstrap
+from execauth.store.database import normalize_url
+
+ADMIN_TOKEN = "test-admin-token-" + "x" * 20
+POSTGRES_URL = os.environ.get("EXECAUTH_TEST_POSTGRES_URL")
+
+DEPLOY_POLICY = """
+description: Production deploys
+surfaces:
+  - match: deploy.production
+    require: [context.branch]
+    rules:
+      - id: main-only
+        permit: context.branch == "main" && actor.startsWith("release-")
+        ttl: 10m
+      - id: wrong-branch
+        deny: context.branch != "main"
+        reason: SERVICE_POLICY_WRONG_BRANCH
+        message: Only main can be deployed
+  - match: deploy.staging
+    rules:
+      - id: anyone
+        permit: "true"
+      - id: even-amount
+        deny: payload.amount % 2 == 1
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Database:
+    url: str
+    schema: str | None
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A fresh, empty database on each backend."""
+    if request.param == "sqlite":
+        yield Database(f"sqlite:///{tmp_path / 'execauth.db'}", None)
+        return
+    if not POSTGRES_URL:
+        pytest.skip("PostgreSQL tests need EXECAUTH_TEST_POSTGRES_URL (set by .ci/run)")
+    schema = "t_" + secrets.token_hex(6)
+    engine = create_engine(normalize_url(POSTGRES_URL))
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield Database(POSTGRES_URL, schema)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+@pytest.fixture
+def settings(database: Database, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=database.url,
+        secret_key="test-secret-" + "s" * 32,
+        admin_token=ADMIN_TOKEN,
+        issuer="https://execauth.test",
+        secret_key_file=tmp_path / "unused.key",
+    )
+
+
+@pytest.fixture
+def runtime(settings: Settings, database: Database) -> Iterator[Runtime]:
+    rt = bootstrap(settings, schema=database.schema)
+    yield rt
+    rt.stop()
+
+
+@pytest.fixture
+async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(runtime)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="https://execauth.test") as c:
+            yield c
+
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@dataclass
+class Tenant:
+    org_id: str
+    api_key: str
+    key_id: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+async def make_tenant(
+    client: httpx.AsyncClient,
+    *,
+    policy: str | None = DEPLOY_POLICY,
+    wire_profile: str = "a",
+    **key_spec: Any,
+) -> Tenant:
+    org = await client.post(
+        "/console/v1/orgs", json={"name": "Acme", "wire_profile": wire_profile}, headers=ADMIN
+    )
+    assert org.status_code == 201, org.text
+    org_id = org.json()["org_id"]
+    key = await client.post(
+        f"/console/v1/orgs/{org_id}/keys", json={"name": "ci", **key_spec}, headers=ADMIN
+    )
+    assert key.status_code == 201, key.text
+    if policy is not None:
+        published = await client.put(
+            f"/console/v1/orgs/{org_id}/policies/deploys", content=policy, headers=ADMIN
+        )
+        assert published.status_code == 201, published.text
+    return Tenant(org_id, key.json()["api_key"], key.json()["key_id"])
+
+
+@pytest.fixture
+async def tenant(client: httpx.AsyncClient) -> Tenant:
+    return await make_tenant(client)
