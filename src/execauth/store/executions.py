@@ -51,8 +51,10 @@ def insert_execution(conn: Connection, record: ExecutionRecord) -> PriorExecutio
         dialect.insert(executions)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["org_id", "idempotency_key"])
+        .returning(executions.c.execution_id)
     )
-    if conn.execute(statement).rowcount == 1:
+    # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
+    if conn.execute(statement).first() is not None:
         return None
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
