@@ -94,8 +94,7 @@ async def test_receipt_store_timeout_is_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import execauth.store.writer as writer_module
-
-    original = writer_module.insert_execution
+    from execauth.store.executions import insert_execution as original
 
     def slow_insert(*args: Any) -> Any:
         time.sleep(0.5)

@@ -18,7 +18,8 @@ def assert_flat_error(response: httpx.Response, status: int, code: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
     assert body["error"] == code
-    assert isinstance(body["message"], str) and body["message"]
+    assert isinstance(body["message"], str)
+    assert body["message"]
     assert body["request_id"].startswith("req_")
 
 

@@ -133,9 +133,10 @@ async def test_repeat_is_answered_even_after_the_surface_lost_its_policy(
     other_surfaces = (
         "surfaces:\n  - match: deploy.staging\n    rules:\n      - id: a\n        permit: 'true'\n"
     )
-    await client.put(
+    published = await client.put(
         f"/console/v1/orgs/{tenant.org_id}/policies/deploys", content=other_surfaces, headers=ADMIN
     )
+    assert published.status_code == 201
     second = await client.post("/v1/execute", json=body, headers=tenant.auth)
     assert second.status_code == 200
     assert second.content == first.content

@@ -1,0 +1,199 @@
+"""End to end: the real ``execauth serve`` process, the real CLI, a real SQLite file.
+
+This is the README walkthrough, automated: first start prints an admin token,
+an org, key and policy are created, decisions are verified offline, keys rotate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import DEPLOY_POLICY
+
+pytestmark = pytest.mark.e2e
+
+EXECAUTH = str(Path(sys.executable).parent / "execauth")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    url: str
+    env: dict[str, str]
+    admin_token: str
+    workdir: Path
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [EXECAUTH, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    workdir = tmp_path_factory.mktemp("serve")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")} | {
+        "EXECAUTH_DATABASE_URL": f"sqlite:///{workdir / 'execauth.db'}",
+        "EXECAUTH_ISSUER": f"http://127.0.0.1:{port}",
+        "EXECAUTH_URL": f"http://127.0.0.1:{port}",
+    }
+    log = (workdir / "serve.log").open("w")
+    process = subprocess.Popen(
+        [EXECAUTH, "serve", "--port", str(port)], env=env, cwd=workdir, stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("server did not become ready:\n" + (workdir / "serve.log").read_text())
+        match = re.search(r"service_admin_[A-Za-z0-9_-]+", (workdir / "serve.log").read_text())
+        assert match, "first start must print the generated admin token"
+        yield Server(url, env, match.group(0), workdir)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def api_key(server: Server) -> str:
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    org = httpx.post(server.url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin)
+    org_id = org.json()["org_id"]
+    key = httpx.post(
+        f"{server.url}/console/v1/orgs/{org_id}/keys", json={"name": "ci"}, headers=admin
+    )
+    policy = httpx.put(
+        f"{server.url}/console/v1/orgs/{org_id}/policies/deploys",
+        content=DEPLOY_POLICY,
+        headers=admin,
+    )
+    assert policy.status_code == 201
+    secret: str = key.json()["api_key"]
+    return secret
+
+
+def decide(server: Server, api_key: str, body: Mapping[str, object]) -> dict[str, object]:
+    response = httpx.post(
+        server.url + "/v1/execute", json=body, headers={"Authorization": f"Bearer {api_key}"}
+    )
+    assert response.status_code == 200, response.text
+    receipt: dict[str, object] = response.json()
+    return receipt
+
+
+PERMIT: dict[str, object] = {
+    "surface": "deploy.production",
+    "actor": "release-bot",
+    "context": {"branch": "main"},
+}
+
+
+def test_the_secret_key_file_is_created_private(server: Server) -> None:
+    mode = (server.workdir / "execauth-secret.key").stat().st_mode & 0o777
+    assert mode == 0o600
+
+
+@pytest.mark.parametrize(
+    ("body", "decision"),
+    [
+        (PERMIT, "PERMIT"),
+        ({**PERMIT, "context": {"branch": "dev"}}, "DENY"),
+        ({"surface": "deploy.production"}, "SILENCE"),
+    ],
+)
+def test_each_decision_verifies_offline_with_a_saved_key_list(
+    server: Server, api_key: str, body: dict[str, object], decision: str
+) -> None:
+    receipt = decide(server, api_key, body)
+    assert receipt["decision"] == decision
+    (server.workdir / "receipt.json").write_text(json.dumps(receipt))
+    (server.workdir / "keys.json").write_text(
+        httpx.get(server.url + "/.well-known/service-keys.json").text
+    )
+    result = server.cli("verify", "receipt.json", "--keys", "keys.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"VALID: {decision}" in result.stdout
+
+
+def test_verify_fetches_keys_from_the_service_by_default(server: Server, api_key: str) -> None:
+    (server.workdir / "r.json").write_text(json.dumps(decide(server, api_key, PERMIT)))
+    result = server.cli("verify", "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rotation_by_cli_reaches_the_running_server(server: Server, api_key: str) -> None:
+    before = decide(server, api_key, PERMIT)
+    rotated = server.cli("signing-keys", "rotate")
+    assert rotated.returncode == 0, rotated.stderr
+    new_key_id = rotated.stdout.split()[3]
+    deadline = time.monotonic() + 10
+    after = before
+    while time.monotonic() < deadline and after["key_id"] != new_key_id:
+        time.sleep(0.3)
+        after = decide(server, api_key, PERMIT)
+    assert after["key_id"] == new_key_id
+    keys = httpx.get(server.url + "/.well-known/service-keys.json").text
+    (server.workdir / "keys.json").write_text(keys)
+    for receipt in (before, after):
+        (server.workdir / "r.json").write_text(json.dumps(receipt))
+        assert server.cli("verify", "r.json", "--keys", "keys.json").returncode == 0
+
+
+def test_revoked_key_receipts_stop_verifying(server: Server, api_key: str) -> None:
+    receipt = decide(server, api_key, PERMIT)
+    revoked = server.cli("signing-keys", "revoke", str(receipt["key_id"]))
+    assert revoked.returncode == 0, revoked.stderr
+    (server.workdir / "r.json").write_text(json.dumps(receipt))
+    result = server.cli("verify", "r.json")
+    assert result.returncode == 1
+    assert "revoked_key" in result.stdout
+    deadline = time.monotonic() + 10
+    fresh = decide(server, api_key, PERMIT)
+    while time.monotonic() < deadline and fresh["key_id"] == receipt["key_id"]:
+        time.sleep(0.3)
+        fresh = decide(server, api_key, PERMIT)
+    (server.workdir / "r.json").write_text(json.dumps(fresh))
+    assert server.cli("verify", "r.json").returncode == 0
+
+
+def test_private_keys_are_not_stored_in_clear(server: Server) -> None:
+    import sqlite3
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    conn = sqlite3.connect(server.workdir / "execauth.db")
+    rows = conn.execute("SELECT public_key, sealed_private_key FROM signing_keys").fetchall()
+    conn.close()
+    for public, sealed in rows:
+        assert len(sealed) == 12 + 32 + 16  # nonce, ciphertext, GCM tag
+        for offset in range(len(sealed) - 31):
+            candidate = Ed25519PrivateKey.from_private_bytes(sealed[offset : offset + 32])
+            assert candidate.public_key().public_bytes_raw() != public
