@@ -24,6 +24,7 @@ from execauth.keyring import (
     generate_signing_key,
     unseal_signer,
 )
+from execauth.metrics import Metrics
 from execauth.server_secret import ServerSecret
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
@@ -100,6 +101,7 @@ class Runtime:
     keyring: Keyring
     writer: ReceiptWriter
     admin: AdminAuth
+    metrics: Metrics
     generated_admin_token: str | None = None
     started: bool = field(default=False)
 
@@ -141,6 +143,7 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
     except KeyUnsealError as exc:
         raise SystemExit(f"execauth: {exc}") from exc
 
+    metrics = Metrics()
     generated: str | None = None
     token_hash: str | None = None
     if settings.admin_token is None:
@@ -163,7 +166,9 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
             engine,
             max_batch=settings.writer_max_batch,
             timeout_seconds=settings.write_timeout_seconds,
+            on_commit=metrics.observe_commit,
         ),
         admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
+        metrics=metrics,
         generated_admin_token=generated,
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from importlib.resources import files
 
 import anyio.to_thread
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -16,7 +18,7 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
-from execauth.errors import ServiceUnavailable
+from execauth.errors import ExecauthError, ServiceUnavailable
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
@@ -34,8 +36,23 @@ OPENAPI = files("execauth.api").joinpath("openapi.yaml")
 def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
     runtime = service.runtime
     settings = runtime.settings
+    metrics = runtime.metrics
 
     async def execute(request: Request) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await _execute(request)
+            status = response.status_code
+            return response
+        except ExecauthError as exc:
+            status = exc.status
+            raise
+        finally:
+            metrics.execute_responses.labels(str(status)).inc()
+            metrics.execute_seconds.observe(time.perf_counter() - started)
+
+    async def _execute(request: Request) -> Response:
         request_id(request)
         principal = await service.authenticate(request.headers.get("authorization"))
         request.state.org_profile = principal.org.wire_profile
@@ -46,6 +63,8 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         headers = profile_headers(request)
         if result.repeated:
             headers["Idempotent-Replayed"] = "true"
+        else:
+            metrics.decisions.labels(result.decision).inc()
         return json_response(result.receipt, status, headers)
 
     async def service_keys(request: Request) -> Response:
@@ -84,6 +103,9 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
     async def openapi(request: Request) -> Response:
         return PlainTextResponse(OPENAPI.read_text(), media_type="application/yaml")
 
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
@@ -106,6 +128,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/protocol/verify-receipt", verify_receipt_shape, methods=["POST"]),
         Route("/protocol/verify-signature", verify_signature, methods=["POST"]),
         Route("/openapi.yaml", openapi, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]

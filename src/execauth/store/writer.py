@@ -17,6 +17,8 @@ import contextlib
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -37,8 +39,16 @@ class _Pending:
 
 
 class ReceiptWriter:
-    def __init__(self, engine: Engine, *, max_batch: int = 512, timeout_seconds: float = 10.0):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_batch: int = 512,
+        timeout_seconds: float = 10.0,
+        on_commit: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.engine = engine
+        self.on_commit = on_commit  # (batch size, seconds): for metrics
         self.max_batch = max_batch
         self.timeout_seconds = timeout_seconds
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -114,14 +124,18 @@ class ReceiptWriter:
         if self._connection is None or self._connection.closed:
             self._connection = self.engine.connect()
         conn = self._connection
+        started = time.perf_counter()
         try:
             with conn.begin():
-                return [insert_execution(conn, pending.record) for pending in batch]
+                results = [insert_execution(conn, pending.record) for pending in batch]
         except Exception:
             # The connection may be broken (server gone, disk full): start afresh next time.
             conn.close()
             self._connection = None
             raise
+        if self.on_commit is not None:
+            self.on_commit(len(batch), time.perf_counter() - started)
+        return results
 
 
 def _settle(pending: _Pending, result: PriorExecution | None, error: BaseException | None) -> None:

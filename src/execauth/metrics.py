@@ -1,0 +1,48 @@
+"""Prometheus metrics of one service instance (served at ``GET /metrics``).
+
+Each app gets its own registry (no globals), so tests and several apps in one
+process never share counters.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.decisions = Counter(
+            "execauth_decisions",
+            "Signed and stored decisions, by decision",
+            ["decision"],
+            registry=self.registry,
+        )
+        self.execute_responses = Counter(
+            "execauth_execute_responses",
+            "Answers of POST /v1/execute, by HTTP status",
+            ["status"],
+            registry=self.registry,
+        )
+        self.execute_seconds = Histogram(
+            "execauth_execute_seconds",
+            "Time to answer POST /v1/execute",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=self.registry,
+        )
+        self.writer_batch_size = Histogram(
+            "execauth_writer_batch_size",
+            "Receipts committed per transaction by the group-commit writer",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=self.registry,
+        )
+        self.writer_commit_seconds = Histogram(
+            "execauth_writer_commit_seconds",
+            "Duration of one group-commit transaction, fsync included",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1),
+            registry=self.registry,
+        )
+
+    def observe_commit(self, batch_size: int, seconds: float) -> None:
+        self.writer_batch_size.observe(batch_size)
+        self.writer_commit_seconds.observe(seconds)

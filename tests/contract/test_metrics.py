@@ -1,0 +1,26 @@
+"""GET /metrics: Prometheus text with decision, status and writer series."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import Tenant
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_metrics_count_decisions_statuses_and_commits(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    permit = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+    await client.post("/v1/execute", json=permit, headers=tenant.auth)
+    await client.post("/v1/execute", json={"surface": "deploy.production"}, headers=tenant.auth)
+    await client.post("/v1/execute", json={})
+    text = (await client.get("/metrics")).text
+    assert 'execauth_decisions_total{decision="PERMIT"} 1.0' in text
+    assert 'execauth_decisions_total{decision="SILENCE"} 1.0' in text
+    assert 'execauth_execute_responses_total{status="200"} 2.0' in text
+    assert 'execauth_execute_responses_total{status="401"} 1.0' in text
+    assert "execauth_writer_batch_size_count 2.0" in text
+    assert "execauth_execute_seconds_count 3.0" in text
