@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from execauth.server_secret import ServerSecret
 from execauth.verify import key_id_for
-from execauth.wire_time import format_timestamp
+from execauth.wire_time import format_timestamp, truncate_to_millis
 
 SEAL_PURPOSE = "signing-key-seal-v1"
 KEY_LIST_CACHE_TTL = 3600
@@ -95,7 +95,9 @@ def generate_signing_key(secret: ServerSecret, now: datetime) -> SigningKeyRecor
         key_id=key_id,
         public_key=raw_public,
         sealed_private_key=seal_private_key(secret, key_id, private_key),
-        created_at=now,
+        # Millisecond precision, like receipt timestamps and the published list, so the
+        # server's idea of a key's window and a verifier's can never differ.
+        created_at=truncate_to_millis(now),
         retired_at=None,
         revoked_at=None,
     )

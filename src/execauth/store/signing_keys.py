@@ -9,6 +9,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from execauth.keyring import SigningKeyRecord
 from execauth.store.tables import signing_keys
+from execauth.wire_time import truncate_to_millis
 
 
 class SigningKeyStore:
@@ -27,6 +28,7 @@ class SigningKeyStore:
 
     def rotate(self, new_key: SigningKeyRecord, retire_at: datetime) -> list[str]:
         """Add ``new_key`` and schedule every active key's retirement, in one transaction."""
+        retire_at = truncate_to_millis(retire_at)
         with self.engine.begin() as conn:
             active = (
                 conn.execute(
