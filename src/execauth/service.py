@@ -39,7 +39,8 @@ from execauth.runtime import Runtime
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord
 from execauth.tenancy.api_keys import ApiKey, hash_secret, is_well_formed_secret
-from execauth.tenancy.orgs import Org
+from execauth.tenancy.orgs import PLANS, Org
+from execauth.tenancy.quota import quota_for
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
@@ -181,6 +182,10 @@ class ExecutionService:
             raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
         policy, block = selected
 
+        plan = PLANS.get(org.plan)
+        if plan is None:
+            # An org on a plan the catalog no longer has: refuse rather than run unmetered.
+            raise InternalError(f"organization {org.org_id} is on unknown plan {org.plan!r}")
         now = truncate_to_millis(self.clock())
         evaluation_input = request.evaluation_input()
         org_facts = org.facts()
@@ -218,7 +223,7 @@ class ExecutionService:
             ).decode(),
             receipt=body,
         )
-        prior = await self.runtime.writer.write(record)
+        prior = await self.runtime.writer.write(record, quota_for(plan, now))
         if prior is not None:
             return self._repeat(prior.request_digest, prior.decision, prior.receipt, request)
         return ExecuteResult(body, decision.outcome.value, repeated=False)

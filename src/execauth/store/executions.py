@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from execauth.store.tables import executions
+from execauth.store.tables import executions, usage_counters
+from execauth.tenancy.quota import QuotaCheck
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +42,33 @@ class PriorExecution:
     receipt: bytes
 
 
-def insert_execution(conn: Connection, record: ExecutionRecord) -> PriorExecution | None:
-    """Insert ``record`` unless its idempotency key is taken; then return what holds the key."""
+class QuotaExhausted:
+    """The record was not stored: its organization's quota for the period is used up."""
+
+
+QUOTA_EXHAUSTED = QuotaExhausted()
+WriteOutcome = PriorExecution | QuotaExhausted | None
+
+
+def insert_execution(
+    conn: Connection, record: ExecutionRecord, quota: QuotaCheck | None = None
+) -> WriteOutcome:
+    """Store ``record`` and count it against ``quota``, in the caller's transaction.
+
+    Returns ``None`` when stored, the prior execution when the idempotency key is
+    taken (a repeat, not counted), or ``QUOTA_EXHAUSTED`` (nothing stored).
+    """
+    if record.idempotency_key is not None:
+        prior = prior_execution(conn, record.org_id, record.idempotency_key)
+        if prior is not None:
+            return prior
+    if quota is not None and not _consume_quota(conn, record.org_id, quota):
+        return QUOTA_EXHAUSTED
     values = {field: getattr(record, field) for field in ExecutionRecord.__dataclass_fields__}
     if record.idempotency_key is None:
         conn.execute(executions.insert().values(**values))
         return None
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    dialect = _dialect(conn)
     statement = (
         dialect.insert(executions)
         .values(**values)
@@ -56,9 +78,57 @@ def insert_execution(conn: Connection, record: ExecutionRecord) -> PriorExecutio
     # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
     if conn.execute(statement).first() is not None:
         return None
+    # Another instance stored the same key between our check and our insert.
+    if quota is not None:
+        _refund_quota(conn, record.org_id, quota)
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
     return prior
+
+
+def _dialect(conn: Connection) -> Any:
+    return postgresql if conn.dialect.name == "postgresql" else sqlite
+
+
+def _consume_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> bool:
+    """Count one execute; ``False`` (nothing counted) when the limit is reached.
+
+    The conditional UPDATE takes the counter row's lock, so concurrent writers
+    (threads, processes, instances on one PostgreSQL) are serialized on it and
+    the limit is exact.
+    """
+    conn.execute(
+        _dialect(conn)
+        .insert(usage_counters)
+        .values(org_id=org_id, period=quota.period, executes=0)
+        .on_conflict_do_nothing(index_elements=["org_id", "period"])
+    )
+    statement = (
+        update(usage_counters)
+        .where(usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period)
+        .values(executes=usage_counters.c.executes + 1)
+        .returning(usage_counters.c.executes)
+    )
+    if quota.limit is not None:
+        statement = statement.where(usage_counters.c.executes < quota.limit)
+    return conn.execute(statement).first() is not None
+
+
+def _refund_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> None:
+    conn.execute(
+        update(usage_counters)
+        .where(usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period)
+        .values(executes=usage_counters.c.executes - 1)
+    )
+
+
+def executes_in_period(conn: Connection, org_id: str, period: str) -> int:
+    value = conn.execute(
+        select(usage_counters.c.executes).where(
+            usage_counters.c.org_id == org_id, usage_counters.c.period == period
+        )
+    ).scalar_one_or_none()
+    return int(value or 0)
 
 
 def prior_execution(conn: Connection, org_id: str, idempotency_key: str) -> PriorExecution | None:
@@ -88,6 +158,10 @@ class ExecutionStore:
                 )
             ).scalar_one_or_none()
         return bytes(value) if value is not None else None
+
+    def executes_in_period(self, org_id: str, period: str) -> int:
+        with self.engine.connect() as conn:
+            return executes_in_period(conn, org_id, period)
 
     def count(self, org_id: str) -> int:
         with self.engine.connect() as conn:

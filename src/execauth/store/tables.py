@@ -130,3 +130,11 @@ executions = Table(
     UniqueConstraint("org_id", "idempotency_key"),
     Index("ix_executions_org_time", "org_id", "decided_at_ms"),
 )
+
+usage_counters = Table(
+    "usage_counters",
+    metadata,
+    Column("org_id", String(64), ForeignKey("orgs.org_id"), primary_key=True),
+    Column("period", String(7), primary_key=True),  # calendar month, UTC: "2026-11"
+    Column("executes", Integer, nullable=False),
+)

@@ -20,11 +20,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import Connection, Engine
 
 from execauth.errors import ServiceUnavailable
-from execauth.store.executions import ExecutionRecord, PriorExecution, insert_execution
+from execauth.store.executions import (
+    ExecutionRecord,
+    PriorExecution,
+    QuotaExhausted,
+    WriteOutcome,
+    insert_execution,
+)
+from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,7 @@ _STOP = object()
 @dataclass(slots=True)
 class _Pending:
     record: ExecutionRecord
+    quota: QuotaCheck | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[PriorExecution | None]
 
@@ -71,13 +80,19 @@ class ReceiptWriter:
         self._thread.join()
         self._thread = None
 
-    async def write(self, record: ExecutionRecord) -> PriorExecution | None:
-        """Durably store ``record``; return the prior execution if its idempotency key is taken."""
+    async def write(
+        self, record: ExecutionRecord, quota: QuotaCheck | None = None
+    ) -> PriorExecution | None:
+        """Durably store ``record``, counted against ``quota``.
+
+        Returns the prior execution when the idempotency key is taken (not counted);
+        raises ``QuotaExceeded`` when the quota is used up (nothing stored).
+        """
         if not self.running:
             raise ServiceUnavailable("the receipt store is not accepting writes")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PriorExecution | None] = loop.create_future()
-        self._queue.put(_Pending(record, loop, future))
+        self._queue.put(_Pending(record, quota, loop, future))
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout_seconds)
         except TimeoutError as exc:
@@ -118,16 +133,21 @@ class ReceiptWriter:
                 self._commit([pending])
             return
         for pending, result in zip(batch, results, strict=True):
-            _settle(pending, result, None)
+            if isinstance(result, QuotaExhausted):
+                assert pending.quota is not None
+                decided_at = datetime.fromtimestamp(pending.record.decided_at_ms / 1000, UTC)
+                _settle(pending, None, pending.quota.exceeded(decided_at))
+            else:
+                _settle(pending, result, None)
 
-    def _insert(self, batch: list[_Pending]) -> list[PriorExecution | None]:
+    def _insert(self, batch: list[_Pending]) -> list[WriteOutcome]:
         if self._connection is None or self._connection.closed:
             self._connection = self.engine.connect()
         conn = self._connection
         started = time.perf_counter()
         try:
             with conn.begin():
-                results = [insert_execution(conn, pending.record) for pending in batch]
+                results = [insert_execution(conn, p.record, p.quota) for p in batch]
         except Exception:
             # The connection may be broken (server gone, disk full): start afresh next time.
             conn.close()

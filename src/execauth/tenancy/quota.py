@@ -1,0 +1,45 @@
+"""Monthly execute quotas: which period a decision counts in and what its plan allows.
+
+Counting happens in the same transaction that stores the receipt
+(``store.executions.insert_execution``), which is what makes the count exact
+under concurrency and across instances sharing a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from execauth.errors import QuotaExceeded
+from execauth.tenancy.orgs import Plan
+from execauth.wire_time import format_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    plan: str
+    period: str  # "YYYY-MM", UTC
+    limit: int | None  # None: counted, never refused
+    resets_at: datetime
+
+    def exceeded(self, now: datetime) -> QuotaExceeded:
+        retry_after = max(1, int((self.resets_at - now).total_seconds()))
+        return QuotaExceeded(
+            f"plan {self.plan!r} allows {self.limit} executes per month; the quota resets at "
+            f"{format_timestamp(self.resets_at)}",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+def month_period(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m")
+
+
+def next_month_start(now: datetime) -> datetime:
+    now = now.astimezone(UTC)
+    year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC)
+
+
+def quota_for(plan: Plan, now: datetime) -> QuotaCheck:
+    return QuotaCheck(plan.name, month_period(now), plan.executes_per_month, next_month_start(now))

@@ -1,0 +1,116 @@
+"""Monthly quota (spec §8, DESIGN.md §3): exact under concurrency, repeats and 4xx free."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from execauth.runtime import Runtime
+from execauth.tenancy.orgs import PLANS, Plan
+from execauth.tenancy.quota import month_period, next_month_start, quota_for
+from tests.conftest import Tenant
+
+PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+
+
+def test_quota_period_is_the_utc_calendar_month() -> None:
+    assert month_period(datetime(2026, 11, 30, 23, 59, tzinfo=UTC)) == "2026-11"
+
+
+def test_december_quota_resets_on_the_first_of_january() -> None:
+    assert next_month_start(datetime(2026, 12, 31, 12, tzinfo=UTC)) == datetime(
+        2027, 1, 1, tzinfo=UTC
+    )
+
+
+def test_free_plan_allows_1000_executes_a_month() -> None:
+    assert quota_for(PLANS["free"], datetime.now(UTC)).limit == 1000
+
+
+async def exhaust(client: httpx.AsyncClient, tenant: Tenant, count: int) -> Counter[int]:
+    """Send ``count`` concurrent executes; return how many got each status."""
+    semaphore = asyncio.Semaphore(200)
+
+    async def one() -> int:
+        async with semaphore:
+            response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+            return response.status_code
+
+    return Counter(await asyncio.gather(*(one() for _ in range(count))))
+
+
+@pytest.mark.anyio
+async def test_1100_concurrent_executes_yield_exactly_1000_receipts(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    statuses = await exhaust(client, tenant, 1100)
+    assert statuses == Counter({200: 1000, 429: 100})
+    assert runtime.executions.count(tenant.org_id) == 1000
+    period = month_period(datetime.now(UTC))
+    assert runtime.executions.executes_in_period(tenant.org_id, period) == 1000
+
+
+@pytest.fixture
+def free_plan_of_five(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smaller free plan, so tests about the boundary need not send 1,000 requests."""
+    monkeypatch.setitem(PLANS, "free", Plan("free", 5, 5_000))
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("free_plan_of_five")
+async def test_request_after_the_last_allowed_one_names_plan_and_reset(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    await exhaust(client, tenant, 5)
+    response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert response.status_code == 429
+    body = response.json()
+    assert body["error"] == "SERVICE_PLAN_LIMIT_EXCEEDED"
+    assert "'free'" in body["message"]
+    assert format(next_month_start(datetime.now(UTC)), "%Y-%m-01T00:00:00") in body["message"]
+    assert int(response.headers["retry-after"]) > 0
+    assert "decision" not in body
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("free_plan_of_five")
+async def test_idempotent_repeats_are_answered_and_not_counted(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    first = await client.post(
+        "/v1/execute", json={**PERMIT, "request_id": "once"}, headers=tenant.auth
+    )
+    await exhaust(client, tenant, 4)
+    repeat = await client.post(
+        "/v1/execute", json={**PERMIT, "request_id": "once"}, headers=tenant.auth
+    )
+    assert repeat.status_code == 200
+    assert repeat.content == first.content
+    period = month_period(datetime.now(UTC))
+    assert runtime.executions.executes_in_period(tenant.org_id, period) == 5
+
+
+@pytest.mark.anyio
+async def test_rejected_requests_are_not_counted(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    await client.post("/v1/execute", json={"actor": "no-surface"}, headers=tenant.auth)
+    await client.post("/v1/execute", json={"surface": "unknown.surface"}, headers=tenant.auth)
+    period = month_period(datetime.now(UTC))
+    assert runtime.executions.executes_in_period(tenant.org_id, period) == 0
+
+
+@pytest.mark.anyio
+async def test_deny_and_silence_count_as_evaluated_executes(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    await client.post(
+        "/v1/execute", json={**PERMIT, "context": {"branch": "x"}}, headers=tenant.auth
+    )
+    await client.post("/v1/execute", json={"surface": "deploy.production"}, headers=tenant.auth)
+    period = month_period(datetime.now(UTC))
+    assert runtime.executions.executes_in_period(tenant.org_id, period) == 2
