@@ -1,0 +1,324 @@
+"""The per-organization Merkle logs in the database: sequencing, nodes, checkpoints.
+
+``ledger`` holds the pure hashing and proofs; this module stores what they need.
+Each sequenced receipt gets the next contiguous ``log_index`` of its org's log
+(``log_leaves``); every complete aligned subtree's root is stored once
+(``log_nodes``), so a proof needs O(log² n) lookups, never a pass over the log.
+All three tables are append-only (database triggers).
+
+Exactly one sequencer works at a time: on PostgreSQL a transaction-scoped
+advisory lock serializes instances; on SQLite the database's single writer does.
+If two ever raced, the primary key (org, log_index) would reject the loser's
+transaction whole, so a gap or a duplicate index cannot be committed. A crash
+rolls the batch back and the next run picks the same executions up again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from sqlalchemy import Connection, Engine, bindparam, func, insert, select, text, tuple_, update
+
+from execauth.ledger.merkle import (
+    EMPTY_ROOT,
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    node_hash,
+)
+from execauth.receipts import signing_payload
+from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
+
+SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    org_id: str
+    tree_size: int
+    root_hash: bytes
+    note: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeafPosition:
+    log_index: int
+    leaf_hash: bytes
+
+
+# (org_id, tree_size, root_hash) -> the signed note text
+CheckpointSigner = Callable[[str, int, bytes], str]
+
+
+class _Frontier:
+    """The right edge of a log: roots of its complete subtrees, largest first."""
+
+    def __init__(self, size: int, nodes: list[tuple[int, bytes]]) -> None:
+        self.size = size
+        self.nodes = nodes  # (level, hash)
+
+    def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
+        """Add one leaf; return the complete subtrees it closed as (level, index, hash)."""
+        self.nodes.append((0, leaf))
+        self.size += 1
+        closed = []
+        while len(self.nodes) >= 2 and self.nodes[-1][0] == self.nodes[-2][0]:
+            (level, right), (_, left) = self.nodes.pop(), self.nodes.pop()
+            merged = node_hash(left, right)
+            self.nodes.append((level + 1, merged))
+            closed.append((level + 1, self.size // (1 << (level + 1)) - 1, merged))
+        return closed
+
+    def root(self) -> bytes:
+        """MTH of the whole log (RFC 9162 §2.1.1): fold the right edge from the right."""
+        if not self.nodes:
+            return EMPTY_ROOT
+        root = self.nodes[-1][1]
+        for _, left in reversed(self.nodes[:-1]):
+            root = node_hash(left, root)
+        return root
+
+
+def sequence_pending(
+    conn: Connection, *, limit: int, now: datetime, sign: CheckpointSigner
+) -> list[int]:
+    """Give up to ``limit`` unsequenced receipts their log index; checkpoint each log.
+
+    Runs inside the caller's transaction. Returns the decision times (epoch ms) of
+    the receipts sequenced, for lag metrics.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SEQUENCER_LOCK})
+    pending = conn.execute(
+        select(
+            executions.c.execution_id,
+            executions.c.org_id,
+            executions.c.receipt,
+            executions.c.decided_at_ms,
+        )
+        .where(executions.c.log_index.is_(None))
+        .order_by(executions.c.decided_at_ms, executions.c.execution_id)
+        .limit(limit)
+    ).all()
+    if not pending:
+        return []
+    frontiers: dict[str, _Frontier] = {}
+    leaves: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
+    for execution_id, org_id, receipt, _ in pending:
+        frontier = frontiers.get(org_id)
+        if frontier is None:
+            frontier = frontiers[org_id] = _frontier(conn, org_id)
+        digest = leaf_hash(signing_payload(msgspec.json.decode(bytes(receipt))))
+        leaves.append(
+            {
+                "org_id": org_id,
+                "log_index": frontier.size,
+                "execution_id": execution_id,
+                "leaf_hash": digest,
+                "sequenced_at": now,
+            }
+        )
+        nodes.extend(
+            {"org_id": org_id, "level": level, "node_index": index, "hash": node}
+            for level, index, node in frontier.append(digest)
+        )
+    # executemany: one statement each, whatever the batch size.
+    conn.execute(insert(log_leaves), leaves)
+    if nodes:
+        conn.execute(insert(log_nodes), nodes)
+    conn.execute(
+        update(executions)
+        .where(executions.c.execution_id == bindparam("leaf_execution_id"))
+        .values(log_index=bindparam("leaf_index")),
+        [{"leaf_execution_id": r["execution_id"], "leaf_index": r["log_index"]} for r in leaves],
+    )
+    checkpoints = []
+    for org_id, frontier in frontiers.items():
+        root = frontier.root()
+        checkpoints.append(
+            {
+                "org_id": org_id,
+                "tree_size": frontier.size,
+                "root_hash": root,
+                "note": sign(org_id, frontier.size, root),
+                "created_at": now,
+            }
+        )
+    conn.execute(insert(log_checkpoints), checkpoints)
+    return [row[3] for row in pending]
+
+
+def _frontier(conn: Connection, org_id: str) -> _Frontier:
+    size = _tree_size(conn, org_id)
+    nodes, start = [], 0
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size & (1 << level):
+            nodes.append((level, _node(conn, org_id, level, start >> level)))
+            start += 1 << level
+    return _Frontier(size, nodes)
+
+
+class LogStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- sequencing ------------------------------------------------------------
+    def sequence_batch(self, *, limit: int, now: datetime, sign: CheckpointSigner) -> list[int]:
+        """``sequence_pending`` in a transaction of its own (PostgreSQL's sequencer thread)."""
+        with self.engine.begin() as conn:
+            return sequence_pending(conn, limit=limit, now=now, sign=sign)
+
+    # --- reads -----------------------------------------------------------------
+    def latest_checkpoint(self, org_id: str) -> StoredCheckpoint | None:
+        query = (
+            select(log_checkpoints)
+            .where(log_checkpoints.c.org_id == org_id)
+            .order_by(log_checkpoints.c.tree_size.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return _checkpoint(row) if row is not None else None
+
+    def position(self, org_id: str, execution_id: str) -> LeafPosition | None:
+        query = select(log_leaves.c.log_index, log_leaves.c.leaf_hash).where(
+            log_leaves.c.org_id == org_id, log_leaves.c.execution_id == execution_id
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return LeafPosition(row[0], bytes(row[1])) if row is not None else None
+
+    def leaf_hashes(self, org_id: str, size: int) -> list[bytes]:
+        query = (
+            select(log_leaves.c.leaf_hash)
+            .where(log_leaves.c.org_id == org_id, log_leaves.c.log_index < size)
+            .order_by(log_leaves.c.log_index)
+        )
+        with self.engine.connect() as conn:
+            return [bytes(h) for h in conn.execute(query).scalars()]
+
+    def subtree_roots(self, org_id: str) -> SubtreeReader:
+        return SubtreeReader(self.engine, org_id)
+
+    def inclusion_path(self, org_id: str, index: int, size: int) -> list[bytes]:
+        """RFC 9162 inclusion proof, its stored nodes fetched in two queries."""
+        return _with_prefetch(
+            lambda roots: inclusion_proof(index, size, roots), self.subtree_roots(org_id)
+        )
+
+    def consistency_path(self, org_id: str, first: int, second: int) -> list[bytes]:
+        """RFC 9162 consistency proof, its stored nodes fetched in two queries."""
+        return _with_prefetch(
+            lambda roots: consistency_proof(first, second, roots), self.subtree_roots(org_id)
+        )
+
+
+class SubtreeReader:
+    """MTH(D[start:end]) from stored nodes: each complete aligned part is one lookup."""
+
+    def __init__(self, engine: Engine, org_id: str) -> None:
+        self._engine = engine
+        self._org_id = org_id
+        self._memo: dict[tuple[int, int], bytes] = {}
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Load every stored node ``ranges`` decompose into, in one query per table."""
+        wanted = {part for start, end in ranges for part in _complete_parts(start, end)}
+        wanted -= self._memo.keys()
+        leaves = [index for level, index in wanted if level == 0]
+        nodes = [(level, index) for level, index in wanted if level > 0]
+        with self._engine.connect() as conn:
+            if leaves:
+                for index, digest in conn.execute(
+                    select(log_leaves.c.log_index, log_leaves.c.leaf_hash).where(
+                        log_leaves.c.org_id == self._org_id, log_leaves.c.log_index.in_(leaves)
+                    )
+                ):
+                    self._memo[(0, index)] = bytes(digest)
+            if nodes:
+                for level, index, digest in conn.execute(
+                    select(log_nodes.c.level, log_nodes.c.node_index, log_nodes.c.hash).where(
+                        log_nodes.c.org_id == self._org_id,
+                        tuple_(log_nodes.c.level, log_nodes.c.node_index).in_(nodes),
+                    )
+                ):
+                    self._memo[(level, index)] = bytes(digest)
+
+    def __call__(self, start: int, end: int) -> bytes:
+        size = end - start
+        if size <= 0:
+            raise ValueError("empty subtree")
+        if size & (size - 1) == 0 and start % size == 0:
+            level = size.bit_length() - 1
+            key = (level, start >> level)
+            if key not in self._memo:
+                with self._engine.connect() as conn:
+                    self._memo[key] = _node(conn, self._org_id, *key)
+            return self._memo[key]
+        split = 1 << ((size - 1).bit_length() - 1)  # largest power of two < size
+        return node_hash(self(start, start + split), self(start + split, end))
+
+
+def _complete_parts(start: int, end: int) -> list[tuple[int, int]]:
+    """The complete aligned subtrees (level, index) that MTH(D[start:end]) is built from."""
+    size = end - start
+    if size & (size - 1) == 0 and start % size == 0:
+        level = size.bit_length() - 1
+        return [(level, start >> level)]
+    split = 1 << ((size - 1).bit_length() - 1)
+    return _complete_parts(start, start + split) + _complete_parts(start + split, end)
+
+
+def _with_prefetch(
+    proof: Callable[[Callable[[int, int], bytes]], list[bytes]], reader: SubtreeReader
+) -> list[bytes]:
+    """Run ``proof`` once to learn which subtrees it needs, fetch them together, run it again.
+
+    Proof generation is deterministic in the ranges it asks for, so the first,
+    hash-free pass names exactly the nodes the second pass will read.
+    """
+    asked: list[tuple[int, int]] = []
+
+    def record(start: int, end: int) -> bytes:
+        asked.append((start, end))
+        return bytes(32)
+
+    proof(record)
+    reader.prefetch(asked)
+    return proof(reader)
+
+
+def _tree_size(conn: Connection, org_id: str) -> int:
+    largest = conn.execute(
+        select(func.max(log_leaves.c.log_index)).where(log_leaves.c.org_id == org_id)
+    ).scalar_one_or_none()
+    return 0 if largest is None else int(largest) + 1
+
+
+def _node(conn: Connection, org_id: str, level: int, index: int) -> bytes:
+    if level == 0:
+        query: Any = select(log_leaves.c.leaf_hash).where(
+            log_leaves.c.org_id == org_id, log_leaves.c.log_index == index
+        )
+    else:
+        query = select(log_nodes.c.hash).where(
+            log_nodes.c.org_id == org_id,
+            log_nodes.c.level == level,
+            log_nodes.c.node_index == index,
+        )
+    value = conn.execute(query).scalar_one_or_none()
+    if value is None:
+        raise LookupError(f"log {org_id}: no node at level {level}, index {index}")
+    return bytes(value)
+
+
+def _checkpoint(row: Any) -> StoredCheckpoint:
+    return StoredCheckpoint(
+        row["org_id"], row["tree_size"], bytes(row["root_hash"]), row["note"], row["created_at"]
+    )
