@@ -16,7 +16,8 @@ Format (DESIGN.md §5, ``docs/policy-language.md``)::
             reason: SERVICE_POLICY_CHANGE_FREEZE
             message: No deploys on Fridays
 
-Expressions are checked by ``engine.compile_policy``; this module checks everything else.
+Expressions are checked by ``engine.compile_policy`` (compilation, allowed functions and
+the size and nesting limits of ``policy.cost``); this module checks everything else.
 """
 
 from __future__ import annotations
@@ -33,13 +34,12 @@ import yaml
 from execauth.errors import PolicyInvalid, PolicyProblem
 from execauth.surfaces import compile_surface_pattern
 
-POLICY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-RULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-REASON_PATTERN = re.compile(r"^SERVICE_POLICY_[A-Z0-9_]{1,64}$")
-REQUIRE_PATH_PATTERN = re.compile(r"^(actor|action|(context|payload)(\.[A-Za-z0-9_-]+)+)$")
-DURATION_PATTERN = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+POLICY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
+RULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+REASON_PATTERN = re.compile(r"^SERVICE_POLICY_[A-Z0-9_]{1,64}\Z")
+REQUIRE_PATH_PATTERN = re.compile(r"^(actor|action|(context|payload)(\.[A-Za-z0-9_-]+)+)\Z")
+DURATION_PATTERN = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
 MAX_TTL_SECONDS = 24 * 3600
-MAX_EXPRESSION_LENGTH = 4096
 MAX_DOCUMENT_BYTES = 256 * 1024
 
 _TOP_FIELDS = {"policy_id", "description", "surfaces"}
@@ -115,16 +115,34 @@ def parse_policy_document(
     return document
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
 def _load(text: str, source_name: str) -> tuple[Any, dict[str, int]]:
     """Decode JSON or YAML; for YAML also map each document path to its 1-based line."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
-            return json.loads(text), {}
+            return json.loads(text, object_pairs_hook=_refuse_duplicate_keys), {}
         except json.JSONDecodeError as exc:
             raise PolicyInvalid(
                 [PolicyProblem(source_name, f"invalid JSON: {exc.msg}", line=exc.lineno)]
             ) from exc
+        except _DuplicateKey as exc:
+            # JSON parsers disagree on duplicates (first or last wins); YAML refuses them.
+            raise PolicyInvalid([PolicyProblem(source_name, f"duplicate key {exc.key!r}")]) from exc
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -286,12 +304,6 @@ class _Checker:
         if not isinstance(condition, str) or not condition.strip():
             self.problem(f"{path}.{effect}", "condition must be a CEL expression string", rule_id)
             return None
-        if len(condition) > MAX_EXPRESSION_LENGTH:
-            self.problem(
-                f"{path}.{effect}",
-                f"expression exceeds {MAX_EXPRESSION_LENGTH} characters",
-                rule_id,
-            )
         reason = raw.get("reason")
         if reason is not None and (not isinstance(reason, str) or not REASON_PATTERN.match(reason)):
             self.problem(f"{path}.reason", "reason must match SERVICE_POLICY_[A-Z0-9_]+", rule_id)

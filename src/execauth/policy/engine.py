@@ -3,11 +3,13 @@
 Evaluation is a pure function of (compiled policy, normalized request, ``now``,
 org facts): replay re-runs it and must reproduce decision, rule and reason
 exactly (DESIGN.md §5). Every failure inside evaluation becomes SILENCE; nothing
-here can turn an error into PERMIT.
+here can turn an error into PERMIT. ``trace`` is the one implementation: ``evaluate``
+returns its decision and ``policy.explain`` renders the rest, so the two never disagree.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +18,16 @@ from typing import Any
 import cel
 
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy.cost import (
+    MAX_EVALUATION_COST,
+    MAX_EXPRESSION_LENGTH,
+    ExpressionShape,
+    InputSize,
+    estimated_cost,
+    measure_input,
+    publish_problems,
+    scan_expression,
+)
 from execauth.policy.decision import (
     DEFAULT_PERMIT_TTL_SECONDS,
     Decision,
@@ -23,7 +35,7 @@ from execauth.policy.decision import (
     PolicyRef,
     Reason,
 )
-from execauth.policy.document import PolicyDocument
+from execauth.policy.document import PolicyDocument, RuleSpec
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
 # The CEL standard functions we document and test (docs/policy-language.md). A
@@ -50,6 +62,7 @@ class CompiledRule:
     reason: str | None
     message: str | None
     ttl_seconds: int | None
+    shape: ExpressionShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,39 +78,45 @@ class CompiledPolicy:
     blocks: tuple[CompiledBlock, ...]
 
 
-def compile_policy(document: PolicyDocument, ref: PolicyRef) -> CompiledPolicy:
-    """Compile every expression; raise ``PolicyInvalid`` naming each rule that does not compile."""
+def compile_policy(
+    document: PolicyDocument, ref: PolicyRef, *, publishing: bool = True
+) -> CompiledPolicy:
+    """Compile every expression; raise ``PolicyInvalid`` naming each rule that is refused.
+
+    ``publishing=False`` (loading a version stored before a limit existed) skips the
+    publish-time limits of ``policy.cost`` — size, nesting, time-zone calls — so an
+    older version keeps working; the evaluation cost limit still bounds every rule.
+    """
     problems: list[PolicyProblem] = []
     blocks = []
     for block in document.blocks:
         rules = []
         for rule in block.rules:
+            refuse = functools.partial(_refuse, problems, rule)
+            if publishing and len(rule.condition) > MAX_EXPRESSION_LENGTH:
+                # Checked before compiling: the compiler's own cost grows with the source.
+                refuse(f"expression exceeds {MAX_EXPRESSION_LENGTH} characters")
+                continue
             try:
                 program = cel.compile(rule.condition)
             except (ValueError, RuntimeError) as exc:
-                problems.append(
-                    PolicyProblem(
-                        rule.path, f"CEL does not compile: {exc}", rule_id=rule.id, line=rule.line
-                    )
-                )
+                refuse(f"CEL does not compile: {exc}")
                 continue
             unknown = [
                 f for f in program.functions() if f[0].isalpha() and f not in ALLOWED_FUNCTIONS
             ]
             if unknown:
-                problems.append(
-                    PolicyProblem(
-                        rule.path,
-                        f"unknown function(s) {', '.join(unknown)} (see docs/policy-language.md)",
-                        rule_id=rule.id,
-                        line=rule.line,
-                    )
-                )
+                refuse(f"unknown function(s) {', '.join(unknown)} (see docs/policy-language.md)")
+                continue
+            shape = scan_expression(rule.condition)
+            if publishing and (limits := publish_problems(rule.condition, shape)):
+                for reason in limits:
+                    refuse(reason)
                 continue
             rules.append(
                 CompiledRule(
                     rule.id, rule.effect, rule.condition, program, rule.reason, rule.message,
-                    rule.ttl_seconds,
+                    rule.ttl_seconds, shape,
                 )
             )  # fmt: skip
         blocks.append(
@@ -112,66 +131,170 @@ def compile_policy(document: PolicyDocument, ref: PolicyRef) -> CompiledPolicy:
     return CompiledPolicy(ref, tuple(blocks))
 
 
+def _refuse(problems: list[PolicyProblem], rule: RuleSpec, reason: str) -> None:
+    problems.append(PolicyProblem(rule.path, reason, rule_id=rule.id, line=rule.line))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One block of the set, as ``PolicySet.select`` saw it for one surface."""
+
+    policy: CompiledPolicy
+    index: int  # the block's position in its document
+    block: CompiledBlock
+    matched: bool
+    rank: tuple[int, int]  # (exact match, literal characters); higher is more specific
+
+
 class PolicySet:
     """An organization's active policies; picks the block that governs a surface."""
 
     def __init__(self, policies: Iterable[CompiledPolicy]) -> None:
         self.policies = sorted(policies, key=lambda p: p.ref.policy_id)
 
+    def candidates(self, surface: str) -> list[Candidate]:
+        """Every block in selection order (policy_id, then document order), matched or not."""
+        return [
+            Candidate(
+                policy,
+                index,
+                block,
+                matched := block.pattern.matches(surface),
+                (int(block.pattern.is_exact), block.pattern.literal_chars) if matched else (-1, -1),
+            )
+            for policy in self.policies
+            for index, block in enumerate(policy.blocks)
+        ]
+
     def select(self, surface: str) -> tuple[CompiledPolicy, CompiledBlock] | None:
         """The most specific matching block: exact beats pattern, then more literal text wins;
         ties go to the lowest policy_id, then document order (docs/policy-language.md)."""
-        best: tuple[CompiledPolicy, CompiledBlock] | None = None
-        best_rank = (-1, -1)
-        for policy in self.policies:
-            for block in policy.blocks:
-                if not block.pattern.matches(surface):
-                    continue
-                rank = (int(block.pattern.is_exact), block.pattern.literal_chars)
-                if rank > best_rank:
-                    best, best_rank = (policy, block), rank
-        return best
+        winner = choose(self.candidates(surface))
+        return None if winner is None else (winner.policy, winner.block)
+
+
+def choose(candidates: Iterable[Candidate]) -> Candidate | None:
+    """The first matching candidate of the highest rank (candidates come in selection order)."""
+    best: Candidate | None = None
+    for candidate in candidates:
+        if candidate.matched and (best is None or candidate.rank > best.rank):
+            best = candidate
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class RequireCheck:
+    path: str
+    present: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RuleResult:
+    """One rule's condition: ``value`` when it ran, else why not (``error`` or skipped)."""
+
+    rule: CompiledRule
+    value: bool | None
+    error: str | None  # evaluation failed or refused (cost): the message of the SILENCE
+
+    @property
+    def matched(self) -> bool:
+        return self.value is True
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Everything ``evaluate`` looked at, and the decision-table row it ended in.
+
+    ``rules`` holds the rules that were considered, in order; rules after the first
+    error were not run and are absent.
+    """
+
+    block: CompiledBlock
+    decision: Decision
+    requires: tuple[RequireCheck, ...]
+    rules: tuple[RuleResult, ...]
+    row: str  # which row of DESIGN.md §5's decision table applied
+    input_size: InputSize | None  # None when no rule needed a cost estimate
 
 
 def evaluate(
     block: CompiledBlock, request: Mapping[str, Any], *, now: datetime, org: Mapping[str, Any]
 ) -> Decision:
     """Decide one normalized request (``ExecuteRequest.evaluation_input()``) under ``block``."""
-    for path in block.require:
-        if not _present(request, path):
-            dotted = ".".join(path)
-            return Decision(
-                Outcome.SILENCE, None, Reason.MISSING_CONTEXT, f"required field {dotted} is missing"
-            )
+    return trace(block, request, now=now, org=org).decision
+
+
+def trace(
+    block: CompiledBlock, request: Mapping[str, Any], *, now: datetime, org: Mapping[str, Any]
+) -> Trace:
+    """Evaluate ``request`` under ``block``, recording each step (DESIGN.md §5)."""
+    requires = tuple(RequireCheck(".".join(p), _present(request, p)) for p in block.require)
+    missing = next((check for check in requires if not check.present), None)
+    if missing is not None:
+        decision = Decision(
+            Outcome.SILENCE,
+            None,
+            Reason.MISSING_CONTEXT,
+            f"required field {missing.path} is missing",
+        )
+        return Trace(block, decision, requires, (), "a require path is missing", None)
     try:
         activation = cel.Context({**request, "now": now, "org": dict(org)})
     except Exception as exc:  # noqa: BLE001 - any conversion failure is indeterminate, never PERMIT
-        return Decision(
+        decision = Decision(
             Outcome.SILENCE, None, Reason.EVALUATION_ERROR, f"request cannot be evaluated: {exc}"
         )
+        return Trace(block, decision, requires, (), "the request cannot be evaluated", None)
 
-    permits: list[CompiledRule] = []
-    denies: list[CompiledRule] = []
+    # Measured once per request, and only when some rule has comprehensions to bound.
+    size = measure_input([request, org]) if any(r.shape.depth for r in block.rules) else None
+    results: list[RuleResult] = []
     for rule in block.rules:
-        try:
-            result = rule.program.execute(activation)
-        except Exception as exc:  # noqa: BLE001 - CEL raises KeyError, TypeError, RuntimeError…
-            return Decision(
-                Outcome.SILENCE,
-                rule.id,
-                Reason.EVALUATION_ERROR,
-                f"rule {rule.id} could not be evaluated: {type(exc).__name__}: {exc}",
-            )
-        if result is True:
-            (permits if rule.effect == "permit" else denies).append(rule)
-        elif result is not False:
-            return Decision(
-                Outcome.SILENCE,
-                rule.id,
-                Reason.EVALUATION_ERROR,
-                f"rule {rule.id} returned {type(result).__name__}, not a boolean",
-            )
+        value = _run(rule, activation, size)
+        if isinstance(value, str):
+            results.append(RuleResult(rule, None, value))
+            decision = Decision(Outcome.SILENCE, rule.id, Reason.EVALUATION_ERROR, value)
+            return Trace(block, decision, requires, tuple(results), "a condition failed", size)
+        results.append(RuleResult(rule, value, None))
 
+    permits = [r.rule for r in results if r.matched and r.rule.effect == "permit"]
+    denies = [r.rule for r in results if r.matched and r.rule.effect == "deny"]
+    return Trace(
+        block, _conclude(permits, denies), requires, tuple(results), _row(permits, denies), size
+    )
+
+
+def _run(rule: CompiledRule, activation: cel.Context, size: InputSize | None) -> bool | str:
+    """The rule's boolean value, or the message of the SILENCE it causes."""
+    if size is not None and rule.shape.depth:
+        cost = estimated_cost(rule.shape, size)
+        if cost > MAX_EVALUATION_COST:
+            # Refused before it starts: the evaluator holds the GIL and cannot be interrupted.
+            return (
+                f"rule {rule.id} exceeds the evaluation cost limit: estimated {cost:,} steps "
+                f"> {MAX_EVALUATION_COST:,} (collections of up to {size.largest} elements "
+                f"inside {rule.shape.depth}-deep comprehensions)"
+            )
+    try:
+        result = rule.program.execute(activation)
+    except Exception as exc:  # noqa: BLE001 - CEL raises KeyError, TypeError, RuntimeError…
+        return f"rule {rule.id} could not be evaluated: {type(exc).__name__}: {exc}"
+    if result is True or result is False:
+        return bool(result)
+    return f"rule {rule.id} returned {type(result).__name__}, not a boolean"
+
+
+def _row(permits: list[CompiledRule], denies: list[CompiledRule]) -> str:
+    if permits and denies:
+        return "permit and deny rules match"
+    if denies:
+        return "only deny rules match"
+    if permits:
+        return "only permit rules match"
+    return "no rule matches"
+
+
+def _conclude(permits: list[CompiledRule], denies: list[CompiledRule]) -> Decision:
     if permits and denies:
         return Decision(
             Outcome.SILENCE,

@@ -1,0 +1,52 @@
+"""Replay and impact-analysis handlers, shared by the operator surface and the console."""
+
+from __future__ import annotations
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from execauth.api.key_routes import Scope
+from execauth.api.wire import decode_as, json_response, read_json_body
+from execauth.errors import InvalidRequest
+from execauth.replay import ReplayService
+from execauth.wire_time import parse_timestamp
+
+MAX_DRAFT_BYTES = 256 * 1024
+
+
+class ReplayRange(msgspec.Struct, forbid_unknown_fields=True):
+    since: str | None = None
+    until: str | None = None
+    policy: str | None = None  # a draft document (YAML or JSON text): impact analysis
+    policy_id: str | None = None  # which policy the draft would replace
+
+
+class ReplayHandlers:
+    def __init__(self, replays: ReplayService, scope: Scope) -> None:
+        self._replays = replays
+        self._scope = scope
+
+    async def one(self, request: Request) -> Response:
+        """Re-evaluate one stored execution; the replay joins its lineage."""
+        org_id, actor = await self._scope(request)
+        result = await self._replays.replay_execution(
+            org_id, request.path_params["execution_id"], actor
+        )
+        return json_response(result)
+
+    async def range(self, request: Request) -> Response:
+        """Replay a time range (mismatches are bugs), or with ``policy``: a draft's impact."""
+        org_id, _ = await self._scope(request)
+        spec = decode_as(await read_json_body(request, MAX_DRAFT_BYTES), ReplayRange)
+        try:
+            since = parse_timestamp(spec.since) if spec.since else None
+            until = parse_timestamp(spec.until) if spec.until else None
+        except ValueError as exc:
+            raise InvalidRequest(f"since/until: {exc}") from exc
+        if spec.policy is None:
+            return json_response((await self._replays.replay_range(org_id, since, until)).view())
+        if not spec.policy_id:
+            raise InvalidRequest("policy_id names the policy the draft would replace")
+        report = await self._replays.impact(org_id, spec.policy, spec.policy_id, since, until)
+        return json_response(report)

@@ -1,0 +1,71 @@
+"""``execauth replay``: re-run stored decisions, or preview a draft policy's impact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from execauth.cli.audit import SinceOption, UntilOption
+from execauth.cli.console_client import (
+    DEFAULT_URL,
+    EXIT_FAILED,
+    JsonFlag,
+    UrlOption,
+    console_call,
+    print_json,
+    print_table,
+)
+
+
+def replay(
+    org: Annotated[str, typer.Option("--org", help="The organization (org_…).")],
+    since: SinceOption = None,
+    until: UntilOption = None,
+    draft: Annotated[
+        Path | None,
+        typer.Option(help="A draft policy file: report what publishing it would change."),
+    ] = None,
+    policy_id: Annotated[
+        str | None, typer.Option(help="The policy the draft replaces (default: file stem).")
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay [since, until): exit 1 on any mismatch. With --draft: the impact matrix."""
+    body: dict[str, Any] = {k: v for k, v in (("since", since), ("until", until)) if v}
+    if draft is not None:
+        body["policy"] = draft.read_text()
+        body["policy_id"] = policy_id or draft.name.split(".")[0]
+    answer = console_call(url, "POST", f"/orgs/{org}/replay", body=body)
+    if as_json:
+        print_json(answer)
+    elif draft is None:
+        typer.echo(f"replayed {answer['replayed']}, matched {answer['matched']}")
+        for mismatch in answer["mismatches"]:
+            typer.echo(
+                f"MISMATCH {mismatch['execution_id']}: recorded {mismatch['recorded']}, "
+                f"replayed {mismatch['replayed']}"
+            )
+    else:
+        _print_impact(answer)
+    if draft is None and answer["mismatches"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print_impact(answer: dict[str, Any]) -> None:
+    typer.echo(f"evaluated {answer['evaluated']}, would change {answer['changed']}")
+    outcomes = list(answer["matrix"])
+    print_table(
+        ["recorded", *outcomes],
+        [{"recorded": before, **row} for before, row in answer["matrix"].items()],
+        title="recorded decision (rows) → decision under the draft (columns)",
+    )
+    for transition in answer["transitions"]:
+        for sample in transition["samples"]:
+            typer.echo(
+                f"  {transition['from']} → {transition['to']}: {sample['execution_id']} "
+                f"({sample['surface']}; rule {sample['before']['rule_id']} → "
+                f"{sample['after']['rule_id']})"
+            )

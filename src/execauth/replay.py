@@ -1,0 +1,165 @@
+"""Replay use cases: re-run stored executions, and preview a draft policy's impact.
+
+``policy.replay`` holds the pure logic; this module loads what it needs from the
+stores, records each replay in the execution's lineage, and pages through
+history in bounded batches so a large range cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+
+from execauth.errors import InternalError, InvalidRequest, NotFound
+from execauth.policy.decision import PolicyRef
+from execauth.policy.document import parse_policy_document
+from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy
+from execauth.policy.replay import (
+    ImpactReport,
+    RecordedExecution,
+    impact,
+    recorded_outcome,
+    replay,
+)
+from execauth.service import ExecutionService
+from execauth.store.executions import ExecutionFilters, ExecutionRecord
+
+PAGE = 500
+MAX_RANGE_EXECUTIONS = 100_000  # a bigger range is refused, not silently truncated
+
+
+@dataclass(frozen=True, slots=True)
+class RangeReplay:
+    replayed: int
+    mismatches: list[dict[str, Any]]
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "replayed": self.replayed,
+            "matched": self.replayed - len(self.mismatches),
+            "mismatches": self.mismatches,
+        }
+
+
+class ReplayService:
+    def __init__(self, service: ExecutionService) -> None:
+        self._service = service
+        self._runtime = service.runtime
+
+    async def replay_execution(self, org_id: str, execution_id: str, actor: str) -> dict[str, Any]:
+        """Re-evaluate one execution under its own policy version and recorded ``now``."""
+        executions = self._runtime.executions
+        record = await anyio.to_thread.run_sync(executions.get, org_id, execution_id)
+        if record is None:
+            raise NotFound("no such execution in this organization")
+        result = await anyio.to_thread.run_sync(self._replay_record, record)
+        await anyio.to_thread.run_sync(
+            executions.record_lineage,
+            org_id,
+            execution_id,
+            "replay",
+            self._service.clock(),
+            {"actor": actor, "matches": result["matches"], "replayed": result["replayed"]},
+        )
+        return result
+
+    async def replay_range(
+        self, org_id: str, since: datetime | None, until: datetime | None
+    ) -> RangeReplay:
+        return await anyio.to_thread.run_sync(self._replay_range, org_id, since, until)
+
+    async def impact(
+        self,
+        org_id: str,
+        draft_text: str,
+        policy_id: str,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> dict[str, Any]:
+        """What would change if ``draft_text`` were published as the next ``policy_id``."""
+        document = parse_policy_document(draft_text, policy_id=policy_id, source_name=policy_id)
+        draft = compile_policy(document, PolicyRef(policy_id, 0, document.policy_hash))
+        report = await anyio.to_thread.run_sync(self._impact, org_id, draft, since, until)
+        return {"policy_id": policy_id, "draft_policy_hash": document.policy_hash, **report.view()}
+
+    # --- blocking parts, run in a worker thread ------------------------------
+    def _replay_record(self, record: ExecutionRecord) -> dict[str, Any]:
+        execution = _recorded(record)
+        policy = self._policy_version(record.org_id, record.policy_id, record.policy_version)
+        before, after = recorded_outcome(execution), replay(policy, execution)
+        return {
+            "execution_id": record.execution_id,
+            "policy_id": record.policy_id,
+            "policy_version": record.policy_version,
+            "recorded": before.view(),
+            "replayed": after.view(),
+            "matches": before == after,
+        }
+
+    def _replay_range(
+        self, org_id: str, since: datetime | None, until: datetime | None
+    ) -> RangeReplay:
+        replayed, mismatches = 0, []
+        for record in self._history(org_id, since, until):
+            replayed += 1
+            result = self._replay_record(record)
+            if not result["matches"]:
+                mismatches.append(result)
+        return RangeReplay(replayed, mismatches)
+
+    def _impact(
+        self, org_id: str, draft: CompiledPolicy, since: datetime | None, until: datetime | None
+    ) -> ImpactReport:
+        active = [
+            self._service.policies.compiled(stored)
+            for stored in self._runtime.control.latest_policies(org_id)
+            if stored.policy_id != draft.ref.policy_id
+        ]
+        policies = PolicySet([*active, draft])
+        return impact(policies, (_recorded(r) for r in self._history(org_id, since, until)))
+
+    def _policy_version(self, org_id: str, policy_id: str, version: int) -> CompiledPolicy:
+        stored = self._runtime.control.get_policy(org_id, policy_id, version)
+        if stored is None:
+            # Versions are immutable and never deleted; a missing one is corruption.
+            raise InternalError(f"policy {policy_id} v{version} of a stored execution is missing")
+        return self._service.policies.compiled(stored)
+
+    def _history(
+        self, org_id: str, since: datetime | None, until: datetime | None
+    ) -> Iterator[ExecutionRecord]:
+        if since is not None and until is not None and since >= until:
+            raise InvalidRequest("since must be before until")
+        filters = ExecutionFilters(since=since, until=until)
+        seen = 0
+        while True:
+            page = self._runtime.executions.page(org_id, filters, limit=PAGE)
+            for record in page:
+                seen += 1
+                if seen > MAX_RANGE_EXECUTIONS:
+                    raise InvalidRequest(
+                        f"more than {MAX_RANGE_EXECUTIONS} executions in range; narrow it"
+                    )
+                yield record
+            if len(page) < PAGE:
+                return
+            last = page[-1]
+            filters = ExecutionFilters(
+                since=since, until=until, before=(last.decided_at_ms, last.execution_id)
+            )
+
+
+def _recorded(record: ExecutionRecord) -> RecordedExecution:
+    return RecordedExecution.from_stored(
+        execution_id=record.execution_id,
+        decision=record.decision,
+        rule_id=record.rule_id,
+        reason=record.reason,
+        policy_id=record.policy_id,
+        policy_version=record.policy_version,
+        evaluation_input=record.evaluation_input,
+    )
