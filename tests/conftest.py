@@ -16,14 +16,16 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
+from starlette.applications import Starlette
 
 from execauth.api.app import create_app
-from execauth.config import Settings
+from execauth.config import PlanSettings, Settings
 from execauth.runtime import Runtime, bootstrap
 from execauth.store.database import normalize_url
 
 ADMIN_TOKEN = "test-admin-token-" + "x" * 20
 POSTGRES_URL = os.environ.get("EXECAUTH_TEST_POSTGRES_URL")
+REDIS_URL = os.environ.get("EXECAUTH_TEST_REDIS_URL")
 
 DEPLOY_POLICY = """
 description: Production deploys
@@ -79,14 +81,39 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 
 @pytest.fixture
-def settings(database: Database, tmp_path: Path) -> Settings:
+def plans() -> dict[str, PlanSettings]:
+    """The plan catalog; a test module overrides this fixture to shrink a plan."""
+    return Settings().plans
+
+
+@pytest.fixture
+def redis_url() -> str | None:
+    """Rate limits in memory unless a test module overrides this with a Redis URL."""
+    return None
+
+
+@pytest.fixture
+def settings(
+    database: Database, tmp_path: Path, plans: dict[str, PlanSettings], redis_url: str | None
+) -> Settings:
     return Settings(
+        redis_url=redis_url,
         database_url=database.url,
         secret_key="test-secret-" + "s" * 32,
         admin_token=ADMIN_TOKEN,
         issuer="https://execauth.test",
         secret_key_file=tmp_path / "unused.key",
+        plans=plans,
+        # Tests sequence explicitly (app.state.sequencer.run_once()), so "pending" is testable.
+        sequencer_interval_seconds=3600,
     )
+
+
+def small_plans(*, free_executes: int = 5, per_minute: int = 5_000) -> dict[str, PlanSettings]:
+    """The default catalog with a free plan small enough to exhaust in a test."""
+    catalog = Settings().plans
+    catalog["free"] = PlanSettings(executes_per_month=free_executes, requests_per_minute=per_minute)
+    return catalog
 
 
 @pytest.fixture
@@ -146,3 +173,11 @@ async def make_tenant(
 @pytest.fixture
 async def tenant(client: httpx.AsyncClient) -> Tenant:
     return await make_tenant(client)
+
+
+def sequence(client: httpx.AsyncClient) -> int:
+    """Run the app's sequencer now (tests configure it not to run on its own)."""
+    app = client._transport.app  # type: ignore[attr-defined]
+    assert isinstance(app, Starlette)
+    done: int = app.state.sequencer.run_once()
+    return done

@@ -72,7 +72,7 @@ async def test_no_usable_signing_key_is_503(
 ) -> None:
 
     for record in runtime.keyring.records:
-        runtime.signing_keys.revoke(record.key_id, datetime.now(UTC))
+        runtime.signing_keys.revoke(record.key_id, datetime.now(UTC), "test")
     runtime.keyring.refresh(datetime.now(UTC))
     response = await lenient_client.post("/v1/execute", json=PERMIT, headers=ready_tenant.auth)
     assert_no_decision(response, 503, "service_unavailable")

@@ -8,13 +8,44 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from execauth.tenancy.orgs import DEFAULT_PLANS, Plan
+
+
+class PlanSettings(BaseModel, extra="forbid"):
+    """One plan of the catalog: a monthly execute quota, or ``unmetered = true``.
+
+    Unmetered must be said explicitly (TOML has no null, and a forgotten limit
+    must not silently mean "unlimited").
+    """
+
+    executes_per_month: int | None = Field(default=None, ge=1)
+    unmetered: bool = False
+    requests_per_minute: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _limit_or_unmetered(self) -> PlanSettings:
+        if (self.executes_per_month is None) != self.unmetered:
+            raise ValueError("give a plan executes_per_month or unmetered = true, not both")
+        return self
+
+
+def _default_plans() -> dict[str, PlanSettings]:
+    return {
+        name: PlanSettings(
+            executes_per_month=plan.executes_per_month,
+            unmetered=plan.executes_per_month is None,
+            requests_per_minute=plan.requests_per_minute,
+        )
+        for name, plan in DEFAULT_PLANS.items()
+    }
 
 
 class Settings(BaseSettings):
@@ -32,12 +63,28 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     redis_url: str | None = None
+    # A limiter that does not answer within this bound fails the request closed (503).
+    rate_limit_timeout_seconds: float = 0.5
+    plans: dict[str, PlanSettings] = Field(default_factory=_default_plans)
     max_body_bytes: int = 64 * 1024
     write_timeout_seconds: float = 10.0
     writer_max_batch: int = 512
     # How often an instance re-reads keys and policies changed by another process.
     refresh_interval_seconds: float = 1.0
-    config_file: Path | None = None
+    # How often the sequencer looks for receipts to add to the Merkle logs.
+    sequencer_interval_seconds: float = 0.25
+
+    @model_validator(mode="after")
+    def _catalog_is_not_empty(self) -> Settings:
+        if not self.plans:
+            raise ValueError("the plan catalog is empty; configure at least one plan")
+        return self
+
+    def plan_catalog(self) -> dict[str, Plan]:
+        return {
+            name: Plan(name, spec.executes_per_month, spec.requests_per_minute)
+            for name, spec in self.plans.items()
+        }
 
     @classmethod
     def settings_customise_sources(

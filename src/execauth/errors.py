@@ -101,6 +101,16 @@ class ServiceUnavailable(ExecauthError):
     code = "service_unavailable"
     status = 503
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        details: list[dict[str, object]] | None = None,
+    ) -> None:
+        # Tell well-behaved clients (and our SDKs) when to retry, rather than at once.
+        super().__init__(message, headers={"Retry-After": "1", **(headers or {})}, details=details)
+
 
 class SigningUnavailable(ServiceUnavailable):
     """No active signing key could be loaded: we refuse to answer unsigned."""

@@ -45,6 +45,19 @@ def choose_signing_key(
     return max(usable, key=lambda r: r.created_at) if usable else None
 
 
+def needs_replacement(
+    records: Iterable[SigningKeyRecord], revoked_key_id: str, now: datetime
+) -> bool:
+    """Whether revoking ``revoked_key_id`` leaves no key to sign with beyond a rotation overlap.
+
+    A key rotated in moments ago already has that role; adding another would
+    leave two active keys with no end date.
+    """
+    return not any(
+        r.key_id != revoked_key_id and r.can_sign_at(now) and r.retired_at is None for r in records
+    )
+
+
 class KeyUnsealError(Exception):
     """A sealed private key could not be opened: wrong EXECAUTH_SECRET_KEY or tampered row."""
 
@@ -139,19 +152,22 @@ def key_list_entry(record: SigningKeyRecord, now: datetime) -> dict[str, Any]:
     """One entry of the published key list.
 
     ``expires_at`` is when the key stops (or stopped) signing: its retirement
-    time, set at rotation; ``null`` while no successor exists. A receipt dated
-    at or after it does not verify with this key.
+    time, set at rotation; absent while no successor exists (spec §2.3 makes it
+    optional rather than nullable). A receipt dated at or after it does not
+    verify with this key.
     """
     ended = record.retired_at or record.revoked_at
-    return {
+    entry = {
         "id": record.key_id,
         "key_id": record.key_id,
         "algorithm": "Ed25519",
         "public_key": _spki_base64(record.public_key),
         "created_at": format_timestamp(record.created_at),
-        "expires_at": format_timestamp(ended) if ended is not None else None,
         "status": record.status(now),
     }
+    if ended is not None:
+        entry["expires_at"] = format_timestamp(ended)
+    return entry
 
 
 def key_list_document(

@@ -43,6 +43,22 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.sequenced = Counter(
+            "execauth_sequenced_receipts",
+            "Receipts appended to their organization's Merkle log",
+            registry=self.registry,
+        )
+        self.sequencer_lag_seconds = Histogram(
+            "execauth_sequencer_lag_seconds",
+            "Age of the oldest receipt in each sequenced batch (decision to log entry)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+
+    def observe_sequenced(self, count: int, oldest_lag_seconds: float) -> None:
+        self.sequenced.inc(count)
+        self.sequencer_lag_seconds.observe(max(0.0, oldest_lag_seconds))
+
     def observe_commit(self, batch_size: int, seconds: float) -> None:
         self.writer_batch_size.observe(batch_size)
         self.writer_commit_seconds.observe(seconds)

@@ -13,13 +13,13 @@ from typing import Any
 from execauth.wire_time import parse_timestamp
 
 _FORMATS = {
-    "receipt_id": re.compile(r"^service_rcpt_[0-9a-f]{16}$"),
-    "execution_id": re.compile(r"^service_exec_[0-9A-HJKMNP-TV-Z]{26}$"),
-    "key_id": re.compile(r"^service_key_[0-9a-f]{16}$"),
-    "signature": re.compile(r"^ed25519:[A-Za-z0-9+/]{86}==$"),
-    "receiptHash": re.compile(r"^sha256:[0-9a-f]{64}$"),
-    "request_digest": re.compile(r"^sha256:[0-9a-f]{64}$"),
-    "policy_hash": re.compile(r"^sha256:[0-9a-f]{64}$"),
+    "receipt_id": re.compile(r"^service_rcpt_[0-9a-f]{16}\Z"),
+    "execution_id": re.compile(r"^service_exec_[0-9A-HJKMNP-TV-Z]{26}\Z"),
+    "key_id": re.compile(r"^service_key_[0-9a-f]{16}\Z"),
+    "signature": re.compile(r"^ed25519:[A-Za-z0-9+/]{86}==\Z"),
+    "receiptHash": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
+    "request_digest": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
+    "policy_hash": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
 }
 _ENFORCEMENT = {"PERMIT": "EXECUTED", "DENY": "BLOCKED", "SILENCE": "BLOCKED"}
 _REASON = {"DENY": "POLICY_VIOLATION", "SILENCE": "INDETERMINATE_EVALUATION"}

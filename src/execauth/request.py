@@ -17,7 +17,7 @@ import rfc8785
 
 from execauth.errors import InvalidRequest
 
-SURFACE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+$")
+SURFACE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+\Z")
 MAX_SURFACE_LENGTH = 128
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 MAX_NAME_LENGTH = 256
@@ -61,11 +61,11 @@ def parse_execute_request(body: object, idempotency_header: str | None) -> Execu
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
 
-    surface = _one_of(body, "surface", "surface_id")
+    sent_as, surface = _one_of(body, "surface", "surface_id")
     if surface is None:
         raise InvalidRequest("missing required field: surface")
     if not isinstance(surface, str):
-        raise InvalidRequest("field 'surface' must be a string")
+        raise InvalidRequest(f"field {sent_as!r} must be a string")
     if not is_valid_surface(surface):
         raise InvalidRequest(
             "field 'surface' must be dotted lowercase segments of [a-z0-9_-] "
@@ -97,22 +97,30 @@ def parse_execute_request(body: object, idempotency_header: str | None) -> Execu
     return ExecuteRequest(surface, action, actor, context, payload, idempotency_key, digest)
 
 
-def _one_of(body: Mapping[str, Any], *names: str) -> Any:
-    """The value of whichever alias is present; two aliases with different values are a 400."""
+def _one_of(body: Mapping[str, Any], *names: str) -> tuple[str, Any]:
+    """(the alias the client sent, its value); two aliases with different values are a 400."""
     found: list[tuple[str, Any]] = [(n, body[n]) for n in names if body.get(n) is not None]
-    if len(found) > 1 and any(v != found[0][1] for _, v in found[1:]):
+    if len(found) > 1 and any(not _same_json(v, found[0][1]) for _, v in found[1:]):
         raise InvalidRequest(f"fields {' and '.join(repr(n) for n, _ in found)} disagree")
-    return found[0][1] if found else None
+    return found[0] if found else (names[0], None)
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    """JSON equality: unlike Python's ``==``, ``true`` is not ``1`` and ``1`` is not ``1.0``."""
+    try:
+        return bool(rfc8785.dumps(left) == rfc8785.dumps(right))
+    except rfc8785.CanonicalizationError as exc:
+        raise InvalidRequest(f"request cannot be canonicalized (RFC 8785): {exc}") from exc
 
 
 def _optional_string(body: Mapping[str, Any], *names: str) -> str | None:
-    value = _one_of(body, *names)
+    sent_as, value = _one_of(body, *names)
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidRequest(f"field {names[0]!r} must be a string")
+        raise InvalidRequest(f"field {sent_as!r} must be a string")
     if not 0 < len(value) <= MAX_NAME_LENGTH:
-        raise InvalidRequest(f"field {names[0]!r} must be 1 to {MAX_NAME_LENGTH} characters")
+        raise InvalidRequest(f"field {sent_as!r} must be 1 to {MAX_NAME_LENGTH} characters")
     return value
 
 
@@ -125,7 +133,7 @@ def _merged_context(body: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(part, dict):
             raise InvalidRequest(f"field {name!r} must be an object")
         for key, value in part.items():
-            if key in merged and merged[key] != value:
+            if key in merged and not _same_json(merged[key], value):
                 raise InvalidRequest(
                     f"key {key!r} appears in both 'metadata' and 'context' with different values"
                 )

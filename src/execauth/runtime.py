@@ -26,11 +26,15 @@ from execauth.keyring import (
 )
 from execauth.metrics import Metrics
 from execauth.server_secret import ServerSecret
+from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
 from execauth.store.executions import ExecutionStore
+from execauth.store.ledger import LogStore
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
+from execauth.tenancy.audit import AuditEvent
+from execauth.tenancy.orgs import Plan
 
 ADMIN_TOKEN_SETTING = "admin_token_hash"  # noqa: S105 - a settings row name, not a secret
 ADMIN_TOKEN_PURPOSE = "admin-token-hash-v1"  # noqa: S105 - an HKDF label
@@ -72,6 +76,15 @@ class Keyring:
             raise SigningUnavailable("no signing key is available; receipts cannot be signed")
         return signer
 
+    def public_key(self, key_id: str) -> bytes:
+        """The raw 32-byte public key of ``key_id`` (for signed-note key hashes)."""
+        with self._lock:
+            records = self.records
+        for record in records:
+            if record.key_id == key_id:
+                return record.public_key
+        raise SigningUnavailable(f"signing key {key_id} is not loaded")
+
 
 class AdminAuth:
     """The platform administrator's bootstrap token (DESIGN.md §3)."""
@@ -96,12 +109,15 @@ class Runtime:
     secret: ServerSecret
     engine: Engine
     control: ControlStore
+    audit: AuditStore
     executions: ExecutionStore
+    logs: LogStore
     signing_keys: SigningKeyStore
     keyring: Keyring
     writer: ReceiptWriter
     admin: AdminAuth
     metrics: Metrics
+    plans: dict[str, Plan]
     generated_admin_token: str | None = None
     started: bool = field(default=False)
 
@@ -136,7 +152,10 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
     now = datetime.now(UTC)
 
     if choose_signing_key(signing_store.all_keys(), now) is None:
-        signing_store.insert_key(generate_signing_key(secret, now))
+        first = generate_signing_key(secret, now)
+        signing_store.insert_key(
+            first, AuditEvent(None, now, "service", "signing_key.created", first.key_id)
+        )
     keyring = Keyring(signing_store, secret)
     try:
         keyring.refresh(now)
@@ -159,7 +178,9 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
         secret=secret,
         engine=engine,
         control=control,
+        audit=AuditStore(engine),
         executions=ExecutionStore(engine),
+        logs=LogStore(engine),
         signing_keys=signing_store,
         keyring=keyring,
         writer=ReceiptWriter(
@@ -170,5 +191,6 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
         ),
         admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
         metrics=metrics,
+        plans=settings.plan_catalog(),
         generated_admin_token=generated,
     )

@@ -37,14 +37,16 @@ from execauth.receipts import (
 from execauth.request import ExecuteRequest
 from execauth.runtime import Runtime
 from execauth.store.control import ControlStore, StoredPolicy
-from execauth.store.executions import ExecutionRecord
-from execauth.tenancy.api_keys import ApiKey, hash_secret, is_well_formed_secret
-from execauth.tenancy.orgs import PLANS, Org
+from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
+from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import quota_for
+from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
 _MAX_CACHED_CREDENTIALS = 10_000
+LAST_USED_RESOLUTION_SECONDS = 60.0
 
 
 def utc_now() -> datetime:
@@ -53,8 +55,12 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    api_key: ApiKey
+    match: KeyMatch  # the key, and whether its rotated-out secret was presented
     org: Org
+
+    @property
+    def api_key(self) -> ApiKey:
+        return self.match.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class CredentialCache:
         self._runtime = runtime
         self._ttl = ttl
         self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._last_use_written: dict[str, float] = {}
 
     def invalidate(self) -> None:
         self._entries.clear()
@@ -91,11 +98,21 @@ class CredentialCache:
         return principal
 
     def _load(self, secret_hash: str) -> Principal | None:
-        key = self._runtime.control.api_key_by_secret_hash(secret_hash)
-        if key is None:
+        match = self._runtime.control.api_key_by_secret_hash(secret_hash)
+        if match is None:
             return None
-        org = self._runtime.control.get_org(key.org_id)
-        return Principal(key, org) if org is not None else None
+        org = self._runtime.control.get_org(match.key.org_id)
+        return Principal(match, org) if org is not None else None
+
+    async def record_use(self, key_id: str, now: datetime) -> None:
+        """Keep ``last_used_at`` to within a minute without a write per request."""
+        last = self._last_use_written.get(key_id)
+        if last is not None and time.monotonic() - last < LAST_USED_RESOLUTION_SECONDS:
+            return
+        self._last_use_written[key_id] = time.monotonic()
+        if len(self._last_use_written) > _MAX_CACHED_CREDENTIALS:
+            self._last_use_written.clear()
+        await anyio.to_thread.run_sync(self._runtime.control.touch_api_key, key_id, now)
 
 
 class PolicyCache:
@@ -119,9 +136,10 @@ class PolicyCache:
         return policy_set
 
     def _load(self, org_id: str) -> PolicySet:
-        return PolicySet(self._compile(stored) for stored in self._control.latest_policies(org_id))
+        return PolicySet(self.compiled(stored) for stored in self._control.latest_policies(org_id))
 
-    def _compile(self, stored: StoredPolicy) -> CompiledPolicy:
+    def compiled(self, stored: StoredPolicy) -> CompiledPolicy:
+        """The compiled form of one stored version (compiled once, then kept)."""
         cache_key = (stored.org_id, stored.policy_id, stored.version)
         compiled = self._compiled.get(cache_key)
         if compiled is None:
@@ -149,6 +167,11 @@ class ExecutionService:
         ttl = runtime.settings.refresh_interval_seconds
         self.credentials = CredentialCache(runtime, ttl)
         self.policies = PolicyCache(runtime.control, ttl)
+        self.rate_limiter = OrgRateLimiter(
+            runtime.settings.redis_url,
+            timeout_seconds=runtime.settings.rate_limit_timeout_seconds,
+            prefix="execauth",
+        )
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key (spec §5)."""
@@ -160,11 +183,21 @@ class ExecutionService:
             raise Unauthorized("malformed API key")
         principal = await self.credentials.principal(secret)
         now = self.clock()
-        if principal is None or not principal.api_key.is_usable(now):
-            raise Unauthorized("unknown, expired or revoked API key")
+        if principal is None or not principal.match.is_usable(now):
+            raise Unauthorized("unknown, expired, rotated-out or revoked API key")
         if principal.org.disabled_at is not None:
             raise Unauthorized("the organization is disabled")
+        await self.credentials.record_use(principal.api_key.key_id, now)
         return principal
+
+    async def admit(self, principal: Principal) -> RateLimitState:
+        """Count the request against its org's per-minute limit (``RateLimited`` when over)."""
+        plan = self.runtime.plans.get(principal.org.plan)
+        if plan is None:
+            raise InternalError(
+                f"organization {principal.org.org_id} is on unknown plan {principal.org.plan!r}"
+            )
+        return await self.rate_limiter.hit(principal.org.org_id, plan.requests_per_minute)
 
     async def execute(self, principal: Principal, request: ExecuteRequest) -> ExecuteResult:
         key, org = principal.api_key, principal.org
@@ -182,7 +215,7 @@ class ExecutionService:
             raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
         policy, block = selected
 
-        plan = PLANS.get(org.plan)
+        plan = self.runtime.plans.get(org.plan)
         if plan is None:
             # An org on a plan the catalog no longer has: refuse rather than run unmetered.
             raise InternalError(f"organization {org.org_id} is on unknown plan {org.plan!r}")
@@ -225,7 +258,7 @@ class ExecutionService:
         )
         prior = await self.runtime.writer.write(record, quota_for(plan, now))
         if prior is not None:
-            return self._repeat(prior.request_digest, prior.decision, prior.receipt, request)
+            return await self._repeat(org.org_id, prior, request)
         return ExecuteResult(body, decision.outcome.value, repeated=False)
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
@@ -237,14 +270,21 @@ class ExecutionService:
         )
         if prior is None:
             return None
-        return self._repeat(prior.request_digest, prior.decision, prior.receipt, request)
+        return await self._repeat(org_id, prior, request)
 
-    @staticmethod
-    def _repeat(
-        digest: str, decision: str, receipt: bytes, request: ExecuteRequest
+    async def _repeat(
+        self, org_id: str, prior: PriorExecution, request: ExecuteRequest
     ) -> ExecuteResult:
-        if digest != request.digest:
+        if prior.request_digest != request.digest:
             raise IdempotencyConflict(
                 "this idempotency key was already used for a different request"
             )
-        return ExecuteResult(receipt, decision, repeated=True)
+        await anyio.to_thread.run_sync(
+            self.runtime.executions.record_lineage,
+            org_id,
+            prior.execution_id,
+            "idempotent_repeat",
+            self.clock(),
+            {"idempotency_key": request.idempotency_key},
+        )
+        return ExecuteResult(prior.receipt, prior.decision, repeated=True)

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-_SEGMENT = re.compile(r"^(\*\*|[a-z0-9_*-]+)$")
+_SEGMENT = re.compile(r"^(\*\*|[a-z0-9_*-]+)\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +37,15 @@ def compile_surface_pattern(text: str) -> SurfacePattern:
     segments = text.split(".")
     parts: list[str] = []
     for segment in segments:
-        if not _SEGMENT.match(segment):
+        if not _SEGMENT.match(segment) or ("**" in segment and segment != "**"):
             raise ValueError(
                 f"segment {segment!r} of {text!r} must be [a-z0-9_-] with optional '*', "
                 "or a lone '**'"
             )
         if segment == "**":
             parts.append(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+        elif segment == "*":  # a whole segment: never an empty one
+            parts.append(r"[a-z0-9_-]+")
         else:
             parts.append("[a-z0-9_-]*".join(re.escape(piece) for piece in segment.split("*")))
     if len(segments) < 2 and segments != ["**"]:

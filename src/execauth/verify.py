@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_der_public_key
 
@@ -98,7 +98,7 @@ def _parse_key_entry(entry: object) -> PublishedKey | None:
         created_at = parse_timestamp(entry["created_at"])
         expires_raw = entry.get("expires_at")
         expires_at = parse_timestamp(expires_raw) if expires_raw is not None else None
-    except (KeyError, ValueError, TypeError, binascii.Error):
+    except (KeyError, ValueError, TypeError, binascii.Error, UnsupportedAlgorithm):
         return None
     if not isinstance(public_key, Ed25519PublicKey) or not isinstance(key_id, str):
         return None

@@ -192,3 +192,30 @@ async def test_org_profile_b_nests_errors_without_a_prefer_header(
     response = await client.post("/v1/execute", json={"actor": "x"}, headers=tenant.auth)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("depth", [65, 5000], ids=["just-over-the-limit", "stack-deep"])
+async def test_deeply_nested_bodies_are_400_not_500(
+    client: httpx.AsyncClient, tenant: Tenant, depth: int
+) -> None:
+    nested = "[" * depth + "]" * depth
+    body = '{"surface": "deploy.production", "payload": {"x": ' + nested + "}}"
+    response = await client.post(
+        "/v1/execute",
+        content=body,
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
+    assert_flat_error(response, 400, "invalid_request")
+
+
+async def test_nesting_up_to_the_limit_is_accepted(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    nested = "[" * 60 + "]" * 60
+    body = '{"surface": "deploy.staging", "payload": {"amount": 2, "x": ' + nested + "}}"
+    response = await client.post(
+        "/v1/execute",
+        content=body,
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
+    assert response.status_code == 200

@@ -37,7 +37,7 @@ async def test_key_entries_carry_variant_a_and_b_fields(client: httpx.AsyncClien
     assert entry["algorithm"] == "Ed25519"
     assert entry["status"] == "active"
     assert entry["created_at"].endswith("Z")
-    assert entry["expires_at"] is None
+    assert "expires_at" not in entry  # optional, not null (spec §2.3): no successor yet
 
 
 async def test_key_id_is_derived_from_the_public_key(client: httpx.AsyncClient) -> None:
@@ -72,7 +72,7 @@ async def test_rotation_publishes_both_keys_and_signs_with_the_new_one(
     old_receipt = (await client.post("/v1/execute", json=body, headers=tenant.auth)).json()
     now = datetime.now(UTC)
     new_key = generate_signing_key(runtime.secret, now)
-    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP)
+    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP, "test")
     runtime.keyring.refresh(datetime.now(UTC))
     new_receipt = (await client.post("/v1/execute", json=body, headers=tenant.auth)).json()
     assert new_receipt["key_id"] == new_key.key_id
@@ -93,7 +93,7 @@ async def test_revoked_key_is_listed_as_revoked_and_left_out_of_jwks(
     now = datetime.now(UTC)
     (old,) = runtime.keyring.records
     runtime.signing_keys.insert_key(generate_signing_key(runtime.secret, now))
-    runtime.signing_keys.revoke(old.key_id, now)
+    runtime.signing_keys.revoke(old.key_id, now, "test")
     runtime.keyring.refresh(datetime.now(UTC))
     listed = {
         k["key_id"]: k for k in (await client.get("/.well-known/service-keys.json")).json()["keys"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import Tenant
+from tests.conftest import Tenant, sequence
 
 pytestmark = pytest.mark.anyio
 
@@ -24,3 +24,14 @@ async def test_metrics_count_decisions_statuses_and_commits(
     assert 'execauth_execute_responses_total{status="401"} 1.0' in text
     assert "execauth_writer_batch_size_count 2.0" in text
     assert "execauth_execute_seconds_count 3.0" in text
+
+
+async def test_sequencing_is_counted_with_its_lag(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    permit = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+    await client.post("/v1/execute", json=permit, headers=tenant.auth)
+    sequence(client)
+    text = (await client.get("/metrics")).text
+    assert "execauth_sequenced_receipts_total 1.0" in text
+    assert "execauth_sequencer_lag_seconds_count 1.0" in text

@@ -7,11 +7,8 @@ an org, key and policy are created, decisions are verified offline, keys rotate.
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,17 +18,9 @@ import httpx
 import pytest
 
 from tests.conftest import DEPLOY_POLICY
+from tests.serving import EXECAUTH, clean_env, free_port, running_service
 
 pytestmark = pytest.mark.e2e
-
-EXECAUTH = str(Path(sys.executable).parent / "execauth")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -52,38 +41,25 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workdir = tmp_path_factory.mktemp("serve")
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")} | {
-        "EXECAUTH_DATABASE_URL": f"sqlite:///{workdir / 'execauth.db'}",
-        "EXECAUTH_ISSUER": f"http://127.0.0.1:{port}",
-        "EXECAUTH_URL": f"http://127.0.0.1:{port}",
-    }
-    log = (workdir / "serve.log").open("w")
-    process = subprocess.Popen(
-        [EXECAUTH, "serve", "--port", str(port)], env=env, cwd=workdir, stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("server did not become ready:\n" + (workdir / "serve.log").read_text())
+    env = clean_env(
+        EXECAUTH_DATABASE_URL=f"sqlite:///{workdir / 'execauth.db'}",
+        EXECAUTH_ISSUER=url,
+        EXECAUTH_URL=url,
+    )
+    with running_service(env, workdir, port):
         match = re.search(r"service_admin_[A-Za-z0-9_-]+", (workdir / "serve.log").read_text())
         assert match, "first start must print the generated admin token"
         yield Server(url, env, match.group(0), workdir)
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def api_key(server: Server) -> str:
+    return new_org_key(server)
+
+
+def new_org_key(server: Server) -> str:
+    """A new organization with the deploy policy; its execute key's secret."""
     admin = {"Authorization": f"Bearer {server.admin_token}"}
     org = httpx.post(server.url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin)
     org_id = org.json()["org_id"]
@@ -197,3 +173,43 @@ def test_private_keys_are_not_stored_in_clear(server: Server) -> None:
         for offset in range(len(sealed) - 31):
             candidate = Ed25519PrivateKey.from_private_bytes(sealed[offset : offset + 32])
             assert candidate.public_key().public_bytes_raw() != public
+
+
+def org_of(server: Server, api_key: str) -> str:
+    return str(decide(server, api_key, PERMIT)["org_id"])
+
+
+def test_a_receipt_is_sequenced_into_its_log_within_seconds(server: Server, api_key: str) -> None:
+    receipt = decide(server, api_key, PERMIT)
+    auth = {"Authorization": f"Bearer {api_key}"}
+    started = time.monotonic()
+    while True:
+        proof = httpx.get(f"{server.url}/v1/receipts/{receipt['receipt_id']}/proof", headers=auth)
+        if proof.status_code == 200:
+            break
+        assert proof.status_code == 202
+        assert time.monotonic() - started < 5, "not sequenced within 5 seconds"
+        time.sleep(0.1)
+    assert proof.json()["tree_size"] > proof.json()["log_index"]
+
+
+def test_an_exported_bundle_verifies_offline_and_against_a_trusted_checkpoint(
+    server: Server,
+) -> None:
+    # Its own org: other tests revoke signing keys, which rightly fails their receipts.
+    api_key = new_org_key(server)
+    org_id = org_of(server, api_key)
+    auth = {"Authorization": f"Bearer {api_key}"}
+    test_a_receipt_is_sequenced_into_its_log_within_seconds(server, api_key)
+    trusted = httpx.get(f"{server.url}/operator/log/checkpoint", headers=auth)
+    (server.workdir / "trusted.json").write_text(trusted.text)
+    test_a_receipt_is_sequenced_into_its_log_within_seconds(server, api_key)
+    env_with_token = {**server.env, "EXECAUTH_ADMIN_TOKEN": server.admin_token}
+    exported = subprocess.run(
+        [EXECAUTH, "export", "--org", org_id, "-o", "bundle.json"], env=env_with_token,
+        cwd=server.workdir, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    audited = server.cli("audit", "verify", "bundle.json", "--trusted-checkpoint", "trusted.json")
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "consistent with the trusted checkpoint" in audited.stdout

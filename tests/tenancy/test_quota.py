@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from execauth.config import Settings
 from execauth.runtime import Runtime
-from execauth.tenancy.orgs import PLANS, Plan
 from execauth.tenancy.quota import month_period, next_month_start, quota_for
-from tests.conftest import Tenant
+from tests.conftest import Tenant, small_plans
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
 
@@ -28,7 +28,7 @@ def test_december_quota_resets_on_the_first_of_january() -> None:
 
 
 def test_free_plan_allows_1000_executes_a_month() -> None:
-    assert quota_for(PLANS["free"], datetime.now(UTC)).limit == 1000
+    assert quota_for(Settings().plan_catalog()["free"], datetime.now(UTC)).limit == 1000
 
 
 async def exhaust(client: httpx.AsyncClient, tenant: Tenant, count: int) -> Counter[int]:
@@ -54,14 +54,12 @@ async def test_1100_concurrent_executes_yield_exactly_1000_receipts(
     assert runtime.executions.executes_in_period(tenant.org_id, period) == 1000
 
 
-@pytest.fixture
-def free_plan_of_five(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A smaller free plan, so tests about the boundary need not send 1,000 requests."""
-    monkeypatch.setitem(PLANS, "free", Plan("free", 5, 5_000))
+# A smaller free plan, so tests about the boundary need not send 1,000 requests.
+free_plan_of_five = pytest.mark.parametrize("plans", [small_plans(free_executes=5)], ids=["free5"])
 
 
 @pytest.mark.anyio
-@pytest.mark.usefixtures("free_plan_of_five")
+@free_plan_of_five
 async def test_request_after_the_last_allowed_one_names_plan_and_reset(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:
@@ -77,7 +75,7 @@ async def test_request_after_the_last_allowed_one_names_plan_and_reset(
 
 
 @pytest.mark.anyio
-@pytest.mark.usefixtures("free_plan_of_five")
+@free_plan_of_five
 async def test_idempotent_repeats_are_answered_and_not_counted(
     client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
 ) -> None:

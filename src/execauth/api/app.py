@@ -15,9 +15,13 @@ from starlette.routing import BaseRoute
 from execauth.api.console import console_routes
 from execauth.api.errors import handle_execauth_error, handle_http_exception, handle_unexpected
 from execauth.api.gateway import gateway_routes
+from execauth.api.ledger_routes import ledger_routes
+from execauth.api.operator import operator_routes
 from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
+from execauth.sequencer import Sequencer
 from execauth.service import Clock, ExecutionService, utc_now
+from execauth.web import web_routes
 
 log = logging.getLogger("execauth")
 SURFACES = ("gateway", "console", "operator")
@@ -33,16 +37,30 @@ def create_app(
         routes += gateway_routes(service)
     if "console" in surfaces:
         routes += console_routes(service)
+    if "operator" in surfaces:
+        routes += operator_routes(service)
+    routes += ledger_routes(service, surfaces)
+    routes += web_routes(service, surfaces)
+    sequencer = Sequencer(
+        runtime.logs,
+        runtime.keyring,
+        runtime.settings.issuer,
+        interval_seconds=runtime.settings.sequencer_interval_seconds,
+        metrics=runtime.metrics,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime.start()
+        sequencer.start(runtime.writer)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_refresh_keys, runtime, service)
             try:
                 yield
             finally:
                 tasks.cancel_scope.cancel()
+        service.rate_limiter.close()
+        await anyio.to_thread.run_sync(sequencer.stop)
         await anyio.to_thread.run_sync(runtime.stop)
 
     app = Starlette(
@@ -55,6 +73,7 @@ def create_app(
         },
     )
     app.state.service = service
+    app.state.sequencer = sequencer
     return app
 
 

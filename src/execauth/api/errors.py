@@ -33,7 +33,9 @@ def render_error(request: Request, error: ExecauthError) -> Response:
         body: dict[str, object] = {"error": fields}
     else:
         body = {"error": fields.pop("code"), **fields}
-    headers = {**profile_headers(request), **error.headers, "X-Request-Id": rid}
+    # Once a request was counted against its org's rate limit, every answer says so.
+    counted = getattr(request.state, "rate_limit_headers", {})
+    headers = {**profile_headers(request), **counted, **error.headers, "X-Request-Id": rid}
     return json_response(body, error.status, headers)
 
 

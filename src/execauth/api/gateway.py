@@ -56,11 +56,17 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         request_id(request)
         principal = await service.authenticate(request.headers.get("authorization"))
         request.state.org_profile = principal.org.wire_profile
+        limit = await service.admit(principal)
+        request.state.rate_limit_headers = limit.headers()
         body = await read_json_body(request, settings.max_body_bytes)
         execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
         result = await service.execute(principal, execute_request)
         status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
-        headers = profile_headers(request)
+        headers = {
+            **profile_headers(request),
+            **limit.headers(),
+            "X-Request-Id": request_id(request),
+        }
         if result.repeated:
             headers["Idempotent-Replayed"] = "true"
         else:
@@ -101,7 +107,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         )
 
     async def openapi(request: Request) -> Response:
-        return PlainTextResponse(OPENAPI.read_text(), media_type="application/yaml")
+        return PlainTextResponse(OPENAPI.read_text(encoding="utf-8"), media_type="application/yaml")
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -110,7 +116,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return json_response({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        """Ready when the writer runs, the database answers and a key can sign."""
+        """Ready when the writer runs, the database answers, a key can sign and limits work."""
         if not runtime.writer.running:
             raise ServiceUnavailable("the receipt writer is not running")
         try:
@@ -118,6 +124,8 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         except Exception as exc:
             raise ServiceUnavailable("the database is not reachable") from exc
         runtime.keyring.signer(service.clock())
+        if not await service.rate_limiter.healthy():
+            raise ServiceUnavailable("the rate limiter's storage is not reachable")
         return json_response({"status": "ready"})
 
     return [

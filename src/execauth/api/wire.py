@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
@@ -12,6 +12,10 @@ from starlette.responses import Response
 from execauth.errors import InvalidRequest, PayloadTooLarge
 
 _decoder = msgspec.json.Decoder()
+# Deeper documents are refused up front: canonicalization, CEL and msgspec all
+# recurse, and a stack overflow must be a 400, never a 500.
+MAX_JSON_DEPTH = 64
+T = TypeVar("T")
 
 
 def json_response(
@@ -71,6 +75,36 @@ async def read_json_body(request: Request, limit: int) -> Any:
     if not body:
         raise InvalidRequest("request body is empty; expected a JSON object")
     try:
-        return _decoder.decode(body)
+        value = _decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from exc
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Iteratively, so that the check itself cannot overflow the stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def decode_as(body: Any, kind: type[T]) -> T:
+    """Convert a decoded JSON body to a strict struct; 400 names the offending field."""
+    try:
+        return msgspec.convert(body, kind)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(str(exc)) from exc

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from execauth.cli import db, serve, signing_keys, verify
+from execauth.cli import (
+    audit,
+    db,
+    keys,
+    orgs,
+    policies,
+    replay,
+    serve,
+    signing_keys,
+    usage,
+    verify,
+)
 
 app = typer.Typer(
     name="execauth",
@@ -17,6 +28,13 @@ app.command("serve")(serve.serve)
 app.command("verify")(verify.verify)
 app.add_typer(db.app, name="db")
 app.add_typer(signing_keys.app, name="signing-keys")
+app.add_typer(orgs.app, name="org")
+app.add_typer(keys.app, name="key")
+app.add_typer(policies.app, name="policy")
+app.add_typer(usage.app, name="usage")
+app.command("replay")(replay.replay)
+app.command("export")(audit.export)
+app.add_typer(audit.app, name="audit")
 
 
 def main() -> None:

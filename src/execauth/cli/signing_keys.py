@@ -16,9 +16,15 @@ from rich.console import Console
 from rich.table import Table
 
 from execauth.config import Settings
-from execauth.keyring import ROTATION_OVERLAP, generate_signing_key, key_list_entry
+from execauth.keyring import (
+    ROTATION_OVERLAP,
+    generate_signing_key,
+    key_list_entry,
+    needs_replacement,
+)
 from execauth.runtime import open_stores
 from execauth.store.signing_keys import SigningKeyStore
+from execauth.tenancy.audit import AuditEvent, cli_actor
 
 app = typer.Typer(help="Manage the Ed25519 keys that sign receipts.", no_args_is_help=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -41,7 +47,7 @@ def list_keys(as_json: JsonFlag = False) -> None:
         return
     table = Table("key_id", "status", "created_at", "expires_at")
     for e in entries:
-        table.add_row(e["key_id"], e["status"], e["created_at"], e["expires_at"] or "")
+        table.add_row(e["key_id"], e["status"], e["created_at"], e.get("expires_at") or "")
     Console().print(table)
 
 
@@ -53,7 +59,7 @@ def rotate() -> None:
     store = SigningKeyStore(engine)
     now = datetime.now(UTC)
     new_key = generate_signing_key(secret, now)
-    retired = store.rotate(new_key, now + ROTATION_OVERLAP)
+    retired = store.rotate(new_key, now + ROTATION_OVERLAP, cli_actor())
     typer.echo(f"new signing key {new_key.key_id}")
     for key_id in retired:
         typer.echo(f"retiring {key_id} at {(now + ROTATION_OVERLAP).isoformat()}")
@@ -72,9 +78,12 @@ def revoke(
     if key_id not in records:
         typer.echo(f"no signing key {key_id}", err=True)
         raise typer.Exit(1)
-    if records[key_id].can_sign_at(now):
+    if needs_replacement(records.values(), key_id, now):
         replacement = generate_signing_key(secret, now)
-        store.insert_key(replacement)
+        store.insert_key(
+            replacement,
+            AuditEvent(None, now, cli_actor(), "signing_key.created", replacement.key_id),
+        )
         typer.echo(f"new signing key {replacement.key_id}")
-    store.revoke(key_id, now)
+    store.revoke(key_id, now, cli_actor())
     typer.echo(f"revoked {key_id}")

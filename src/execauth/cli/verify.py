@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import httpx
 import typer
 
+from execauth.cli.console_client import DEFAULT_URL
 from execauth.verify import KeyListError, parse_key_list, unmet_expectations, verify_receipt
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from execauth.store.audit import append_audit
 from execauth.store.tables import api_keys, orgs, policies, service_settings
-from execauth.tenancy.api_keys import ApiKey
+from execauth.tenancy.api_keys import ApiKey, KeyMatch
+from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 
 
@@ -51,8 +53,9 @@ class ControlStore:
         return stored
 
     # organizations --------------------------------------------------------
-    def create_org(self, org: Org) -> None:
+    def create_org(self, org: Org, audit: AuditEvent) -> None:
         with self.engine.begin() as conn:
+            append_audit(conn, audit)
             conn.execute(
                 insert(orgs).values(
                     org_id=org.org_id,
@@ -69,14 +72,29 @@ class ControlStore:
             row = conn.execute(select(orgs).where(orgs.c.org_id == org_id)).mappings().first()
         return Org(**row) if row is not None else None
 
+    def update_org(
+        self, org_id: str, changes: dict[str, Any], audit: list[AuditEvent]
+    ) -> Org | None:
+        """Apply ``changes`` (name, plan, wire_profile, disabled_at); ``None`` if no such org."""
+        with self.engine.begin() as conn:
+            if changes:
+                updated = conn.execute(
+                    update(orgs).where(orgs.c.org_id == org_id).values(**changes)
+                )
+                if updated.rowcount:
+                    append_audit(conn, *audit)
+            row = conn.execute(select(orgs).where(orgs.c.org_id == org_id)).mappings().first()
+        return Org(**row) if row is not None else None
+
     def list_orgs(self) -> list[Org]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(orgs).order_by(orgs.c.created_at)).mappings().all()
         return [Org(**row) for row in rows]
 
     # API keys -------------------------------------------------------------
-    def insert_api_key(self, key: ApiKey, secret_hash: str) -> None:
+    def insert_api_key(self, key: ApiKey, secret_hash: str, audit: AuditEvent) -> None:
         with self.engine.begin() as conn:
+            append_audit(conn, audit)
             conn.execute(
                 insert(api_keys).values(
                     key_id=key.key_id,
@@ -91,14 +109,68 @@ class ControlStore:
                 )
             )
 
-    def api_key_by_secret_hash(self, secret_hash: str) -> ApiKey | None:
-        with self.engine.connect() as conn:
-            row = (
-                conn.execute(select(api_keys).where(api_keys.c.secret_hash == secret_hash))
-                .mappings()
-                .first()
+    def api_key_by_secret_hash(self, secret_hash: str) -> KeyMatch | None:
+        """The key whose current or (rotated-out) previous secret has this hash."""
+        query = select(api_keys).where(
+            or_(
+                api_keys.c.secret_hash == secret_hash,
+                api_keys.c.previous_secret_hash == secret_hash,
             )
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        if row is None:
+            return None
+        return KeyMatch(_api_key(row), previous=row["secret_hash"] != secret_hash)
+
+    def get_api_key(self, org_id: str, key_id: str) -> ApiKey | None:
+        query = select(api_keys).where(api_keys.c.org_id == org_id, api_keys.c.key_id == key_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
         return _api_key(row) if row is not None else None
+
+    def rotate_api_key(
+        self,
+        org_id: str,
+        key_id: str,
+        new_secret_hash: str,
+        *,
+        now: datetime,
+        previous_valid_until: datetime,
+        audit: AuditEvent,
+    ) -> ApiKey | None:
+        """Make ``new_secret_hash`` current; the old secret works until ``previous_valid_until``.
+
+        A secret rotated out earlier stops at once: only one previous secret is kept.
+        ``None`` when the org has no such live (unrevoked) key.
+        """
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                update(api_keys)
+                .where(
+                    api_keys.c.org_id == org_id,
+                    api_keys.c.key_id == key_id,
+                    api_keys.c.revoked_at.is_(None),
+                )
+                .values(
+                    previous_secret_hash=api_keys.c.secret_hash,
+                    previous_valid_until=previous_valid_until,
+                    secret_hash=new_secret_hash,
+                    rotated_at=now,
+                )
+            )
+            if not updated.rowcount:
+                return None
+            append_audit(conn, audit)
+            row = conn.execute(select(api_keys).where(api_keys.c.key_id == key_id)).mappings().one()
+        return _api_key(row)
+
+    def touch_api_key(self, key_id: str, now: datetime) -> None:
+        """Record use (callers throttle this to about once a minute per key)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(api_keys).where(api_keys.c.key_id == key_id).values(last_used_at=now)
+            )
 
     def list_api_keys(self, org_id: str) -> list[ApiKey]:
         with self.engine.connect() as conn:
@@ -113,7 +185,7 @@ class ControlStore:
             )
         return [_api_key(row) for row in rows]
 
-    def revoke_api_key(self, org_id: str, key_id: str, now: datetime) -> bool:
+    def revoke_api_key(self, org_id: str, key_id: str, now: datetime, audit: AuditEvent) -> bool:
         """Revoke; ``False`` when the org has no such key. Revoking twice keeps the first time."""
         with self.engine.begin() as conn:
             found = conn.execute(
@@ -123,11 +195,13 @@ class ControlStore:
             ).first()
             if found is None:
                 return False
-            conn.execute(
+            revoked = conn.execute(
                 update(api_keys)
                 .where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
+            if revoked.rowcount:
+                append_audit(conn, audit)
         return True
 
     # policies -------------------------------------------------------------
@@ -139,6 +213,7 @@ class ControlStore:
         source: str,
         policy_hash: str,
         now: datetime,
+        audit: AuditEvent,
     ) -> int:
         """Store the next immutable version atomically; return its number.
 
@@ -165,6 +240,8 @@ class ControlStore:
                             created_at=now,
                         )
                     )
+                    details = {**audit.details, "version": version}
+                    append_audit(conn, replace(audit, details=details))
                 return version
             except IntegrityError:
                 continue
@@ -217,6 +294,8 @@ def _api_key(row: Any) -> ApiKey:
         expires_at=row["expires_at"],
         revoked_at=row["revoked_at"],
         last_used_at=row["last_used_at"],
+        rotated_at=row["rotated_at"],
+        previous_valid_until=row["previous_valid_until"],
     )
 
 

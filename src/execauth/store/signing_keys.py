@@ -8,7 +8,9 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 
 from execauth.keyring import SigningKeyRecord
+from execauth.store.audit import append_audit
 from execauth.store.tables import signing_keys
+from execauth.tenancy.audit import AuditEvent
 from execauth.wire_time import truncate_to_millis
 
 
@@ -22,11 +24,12 @@ class SigningKeyStore:
             rows = conn.execute(select(signing_keys).order_by(signing_keys.c.created_at)).mappings()
             return [_record(row) for row in rows]
 
-    def insert_key(self, record: SigningKeyRecord) -> None:
+    def insert_key(self, record: SigningKeyRecord, *audit: AuditEvent) -> None:
         with self.engine.begin() as conn:
             conn.execute(insert(signing_keys).values(**_values(record)))
+            append_audit(conn, *audit)
 
-    def rotate(self, new_key: SigningKeyRecord, retire_at: datetime) -> list[str]:
+    def rotate(self, new_key: SigningKeyRecord, retire_at: datetime, actor: str) -> list[str]:
         """Add ``new_key`` and schedule every active key's retirement, in one transaction."""
         retire_at = truncate_to_millis(retire_at)
         with self.engine.begin() as conn:
@@ -45,9 +48,20 @@ class SigningKeyStore:
                 .values(retired_at=retire_at)
             )
             conn.execute(insert(signing_keys).values(**_values(new_key)))
+            append_audit(
+                conn,
+                AuditEvent(
+                    None,
+                    new_key.created_at,
+                    actor,
+                    "signing_key.rotated",
+                    new_key.key_id,
+                    {"retiring": list(active), "retire_at": retire_at.isoformat()},
+                ),
+            )
         return list(active)
 
-    def revoke(self, key_id: str, now: datetime) -> bool:
+    def revoke(self, key_id: str, now: datetime, actor: str) -> bool:
         """Mark ``key_id`` revoked (receipts it signed no longer verify); ``False`` if unknown."""
         with self.engine.begin() as conn:
             result = conn.execute(
@@ -55,6 +69,8 @@ class SigningKeyStore:
                 .where(signing_keys.c.key_id == key_id, signing_keys.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
+            if result.rowcount:
+                append_audit(conn, AuditEvent(None, now, actor, "signing_key.revoked", key_id))
             if result.rowcount == 0:
                 return (
                     conn.execute(

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 
 
@@ -84,6 +85,10 @@ api_keys = Table(
     Column("expires_at", UTCDateTime, nullable=True),
     Column("revoked_at", UTCDateTime, nullable=True),
     Column("last_used_at", UTCDateTime, nullable=True),
+    # After a rotation the old secret keeps working until previous_valid_until.
+    Column("previous_secret_hash", String(64), nullable=True, index=True),
+    Column("previous_valid_until", UTCDateTime, nullable=True),
+    Column("rotated_at", UTCDateTime, nullable=True),
 )
 
 policies = Table(
@@ -127,8 +132,17 @@ executions = Table(
     Column("decided_at_ms", BigInteger, nullable=False),
     Column("evaluation_input", Text, nullable=False),  # JSON: request + org facts, for replay
     Column("receipt", LargeBinary, nullable=False),  # the exact response bytes
+    Column("log_index", BigInteger, nullable=True),  # set by the sequencer (store.ledger)
     UniqueConstraint("org_id", "idempotency_key"),
     Index("ix_executions_org_time", "org_id", "decided_at_ms"),
+    Index("ix_executions_org_decided", "org_id", "decided_at_ms", "execution_id"),
+    Index(
+        "ix_executions_unsequenced",
+        "decided_at_ms",
+        "execution_id",
+        sqlite_where=text("log_index IS NULL"),
+        postgresql_where=text("log_index IS NULL"),
+    ),
 )
 
 usage_counters = Table(
@@ -137,4 +151,61 @@ usage_counters = Table(
     Column("org_id", String(64), ForeignKey("orgs.org_id"), primary_key=True),
     Column("period", String(7), primary_key=True),  # calendar month, UTC: "2026-11"
     Column("executes", Integer, nullable=False),
+)
+
+# Append-only (database triggers refuse UPDATE and DELETE; migration 0003).
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("org_id", String(64), nullable=True),  # NULL: a service-wide action
+    Column("occurred_at", UTCDateTime, nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("details", Text, nullable=False),  # JSON object
+    Index("ix_audit_events_org_time", "org_id", "occurred_at"),
+)
+
+execution_events = Table(
+    "execution_events",
+    metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("execution_id", String(64), nullable=False),
+    Column("org_id", String(64), nullable=False),
+    Column("occurred_at", UTCDateTime, nullable=False),
+    Column("kind", String(32), nullable=False),  # idempotent_repeat, replay, ...
+    Column("details", Text, nullable=False),  # JSON object
+    Index("ix_execution_events_execution", "execution_id", "occurred_at"),
+)
+
+# The per-organization Merkle log (RFC 9162), append-only (migration 0004).
+log_leaves = Table(
+    "log_leaves",
+    metadata,
+    Column("org_id", String(64), primary_key=True),
+    Column("log_index", BigInteger, primary_key=True),
+    Column("execution_id", String(64), nullable=False, unique=True),
+    Column("leaf_hash", LargeBinary, nullable=False),  # SHA-256(0x00 || signed payload)
+    Column("sequenced_at", UTCDateTime, nullable=False),
+)
+
+# Roots of complete, aligned subtrees of 2**level leaves: [node_index * 2**level, …).
+log_nodes = Table(
+    "log_nodes",
+    metadata,
+    Column("org_id", String(64), primary_key=True),
+    Column("level", Integer, primary_key=True),
+    Column("node_index", BigInteger, primary_key=True),
+    Column("hash", LargeBinary, nullable=False),
+)
+
+log_checkpoints = Table(
+    "log_checkpoints",
+    metadata,
+    Column("org_id", String(64), primary_key=True),
+    Column("tree_size", BigInteger, primary_key=True),
+    Column("root_hash", LargeBinary, nullable=False),
+    Column("note", Text, nullable=False),  # C2SP signed note (tlog-checkpoint)
+    Column("created_at", UTCDateTime, nullable=False),
 )

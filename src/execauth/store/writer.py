@@ -30,6 +30,7 @@ from execauth.store.executions import (
     PriorExecution,
     QuotaExhausted,
     WriteOutcome,
+    insert_batch,
     insert_execution,
 )
 from execauth.tenancy.quota import QuotaCheck
@@ -63,6 +64,20 @@ class ReceiptWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
+        self._background: Callable[[Connection], None] | None = None
+        self._background_interval = 1.0
+        self._background_last = 0.0
+
+    def run_in_background(self, job: Callable[[Connection], None], interval: float) -> None:
+        """Run ``job`` in its own transaction on the writer's connection, every ``interval``.
+
+        SQLite has one write lock; a second writing thread (the sequencer) would make
+        this one sleep in SQLite's busy handler. Interleaving the sequencer's work
+        between receipt batches keeps one writer, and its transactions short.
+        """
+        self._background = job
+        self._background_interval = interval
+        self._background_last = time.monotonic()
 
     @property
     def running(self) -> bool:
@@ -103,7 +118,11 @@ class ReceiptWriter:
         stopping = False
         while not stopping:
             batch: list[_Pending] = []
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=min(self._background_interval, 0.25))
+            except queue.Empty:
+                self._maybe_run_background()
+                continue
             while True:
                 if item is _STOP:
                     stopping = True
@@ -118,8 +137,23 @@ class ReceiptWriter:
                     break
             if batch:
                 self._commit(batch)
+            self._maybe_run_background()
         if self._connection is not None:
             self._connection.close()
+
+    def _maybe_run_background(self) -> None:
+        job = self._background
+        if job is None or time.monotonic() - self._background_last < self._background_interval:
+            return
+        self._background_last = time.monotonic()
+        try:
+            if self._connection is None or self._connection.closed:
+                self._connection = self.engine.connect()
+            with self._connection.begin():
+                job(self._connection)
+        except Exception:
+            # Rolled back whole; the next round does the same work again.
+            log.exception("background job on the writer failed")
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:
@@ -147,7 +181,10 @@ class ReceiptWriter:
         started = time.perf_counter()
         try:
             with conn.begin():
-                results = [insert_execution(conn, p.record, p.quota) for p in batch]
+                if len(batch) == 1:
+                    results = [insert_execution(conn, batch[0].record, batch[0].quota)]
+                else:
+                    results = insert_batch(conn, [(p.record, p.quota) for p in batch])
         except Exception:
             # The connection may be broken (server gone, disk full): start afresh next time.
             conn.close()

@@ -38,6 +38,8 @@ class ApiKey:
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None = None
+    rotated_at: datetime | None = None
+    previous_valid_until: datetime | None = None  # grace of the secret rotated out last
 
     def is_usable(self, now: datetime) -> bool:
         if self.revoked_at is not None and self.revoked_at <= now:
@@ -51,6 +53,22 @@ class ApiKey:
 
     def surfaces_json(self) -> str:
         return json.dumps(list(self.surfaces))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMatch:
+    """A key found by a presented secret: its current one, or the one rotated out."""
+
+    key: ApiKey
+    previous: bool
+
+    def is_usable(self, now: datetime) -> bool:
+        if not self.key.is_usable(now):
+            return False
+        if not self.previous:
+            return True
+        grace = self.key.previous_valid_until
+        return grace is not None and now < grace
 
 
 def _base62(number: int, length: int) -> str:

@@ -10,7 +10,7 @@ from ulid import ULID
 
 WIRE_PROFILES = ("a", "b")
 ORG_NAME_MAX = 256
-ORG_ID_PATTERN = re.compile(r"^org_[0-9a-z]{26}$")
+ORG_ID_PATTERN = re.compile(r"^org_[0-9a-z]{26}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +20,9 @@ class Plan:
     requests_per_minute: int
 
 
-# DESIGN.md §3 / spec §8. Issue #3 makes this configurable.
-PLANS: dict[str, Plan] = {
+# DESIGN.md §3 / spec §8. The operator's catalog (``EXECAUTH_PLANS`` or ``[plans]``
+# in the TOML file) replaces this one as a whole.
+DEFAULT_PLANS: dict[str, Plan] = {
     "free": Plan("free", 1_000, 5_000),
     "standard": Plan("standard", 100_000, 5_000),
     "enterprise": Plan("enterprise", None, 10_000),

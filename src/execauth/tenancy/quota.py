@@ -7,6 +7,7 @@ under concurrency and across instances sharing a database.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,7 +24,8 @@ class QuotaCheck:
     resets_at: datetime
 
     def exceeded(self, now: datetime) -> QuotaExceeded:
-        retry_after = max(1, int((self.resets_at - now).total_seconds()))
+        # Rounded up: a client that waits exactly this long must not arrive early.
+        retry_after = max(1, math.ceil((self.resets_at - now).total_seconds()))
         return QuotaExceeded(
             f"plan {self.plan!r} allows {self.limit} executes per month; the quota resets at "
             f"{format_timestamp(self.resets_at)}",
@@ -43,3 +45,14 @@ def next_month_start(now: datetime) -> datetime:
 
 def quota_for(plan: Plan, now: datetime) -> QuotaCheck:
     return QuotaCheck(plan.name, month_period(now), plan.executes_per_month, next_month_start(now))
+
+
+def month_bounds(period: str) -> tuple[datetime, datetime]:
+    """``"2026-11"`` → [2026-11-01T00:00Z, 2026-12-01T00:00Z); ``ValueError`` if malformed."""
+    try:
+        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"month must be YYYY-MM, got {period!r}") from None
+    if month_period(start) != period:  # strptime accepts "2026-1"
+        raise ValueError(f"month must be YYYY-MM, got {period!r}")
+    return start, next_month_start(start)

@@ -1,0 +1,93 @@
+"""The operator surface under ``/operator``: an organization's own admin and auditor keys.
+
+Everything here is scoped to the caller's organization; another org's ids are
+simply not found (404), never shown. ``admin`` keys may change keys; ``auditor``
+keys may only read; ``execute`` keys have no access (403).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from execauth.api.history import audit_page, executions_page
+from execauth.api.key_routes import KeyHandlers
+from execauth.api.pagination import month_param
+from execauth.api.replay_routes import ReplayHandlers
+from execauth.api.views import execution_detail
+from execauth.api.wire import json_response
+from execauth.control_plane import ControlPlane, UsageQueries
+from execauth.errors import Forbidden, NotFound
+from execauth.replay import ReplayService
+from execauth.service import ExecutionService, Principal
+from execauth.tenancy.audit import key_actor
+
+Handler = Callable[[Request], Awaitable[Response]]
+READERS = ("admin", "auditor")
+WRITERS = ("admin",)
+
+
+def operator_routes(service: ExecutionService) -> list[BaseRoute]:
+    runtime = service.runtime
+    plane = ControlPlane(service)
+    usage = UsageQueries(service)
+
+    async def principal(request: Request, roles: tuple[str, ...]) -> Principal:
+        caller = await service.authenticate(request.headers.get("authorization"))
+        if caller.api_key.role not in roles:
+            raise Forbidden(
+                f"a key with role {caller.api_key.role!r} cannot use this operator endpoint "
+                f"(needs {' or '.join(roles)})"
+            )
+        return caller
+
+    def scope(roles: tuple[str, ...]) -> Callable[[Request], Awaitable[tuple[str, str]]]:
+        async def org_and_actor(request: Request) -> tuple[str, str]:
+            caller = await principal(request, roles)
+            return caller.org.org_id, key_actor(caller.api_key.key_id)
+
+        return org_and_actor
+
+    readers, writers = scope(READERS), scope(WRITERS)
+    max_body = runtime.settings.max_body_bytes
+    replays = ReplayHandlers(ReplayService(service), readers)
+    read_keys = KeyHandlers(plane, readers, max_body)
+    write_keys = KeyHandlers(plane, writers, max_body)
+
+    async def list_executions(request: Request) -> Response:
+        org_id, _ = await readers(request)
+        return json_response(await executions_page(runtime, request, org_id))
+
+    async def show_execution(request: Request) -> Response:
+        org_id, _ = await readers(request)
+        execution_id = request.path_params["execution_id"]
+        record = await anyio.to_thread.run_sync(runtime.executions.get, org_id, execution_id)
+        if record is None:
+            raise NotFound("no such execution in this organization")
+        lineage = await anyio.to_thread.run_sync(runtime.executions.lineage, org_id, execution_id)
+        return json_response(execution_detail(record, lineage))
+
+    async def audit(request: Request) -> Response:
+        org_id, _ = await readers(request)
+        return json_response(await audit_page(runtime, request, org_id))
+
+    async def org_usage(request: Request) -> Response:
+        caller = await principal(request, READERS)
+        return json_response(await usage.org_usage(caller.org, month_param(request)))
+
+    return [
+        Route("/operator/keys", read_keys.list, methods=["GET"]),
+        Route("/operator/keys", write_keys.issue, methods=["POST"]),
+        Route("/operator/keys/{key_id}/rotate", write_keys.rotate, methods=["POST"]),
+        Route("/operator/keys/{key_id}", write_keys.revoke, methods=["DELETE"]),
+        Route("/operator/executions", list_executions, methods=["GET"]),
+        Route("/operator/executions/{execution_id}", show_execution, methods=["GET"]),
+        Route("/operator/executions/{execution_id}/replay", replays.one, methods=["POST"]),
+        Route("/operator/replay", replays.range, methods=["POST"]),
+        Route("/operator/audit", audit, methods=["GET"]),
+        Route("/operator/usage", org_usage, methods=["GET"]),
+    ]

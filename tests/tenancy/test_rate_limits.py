@@ -1,0 +1,183 @@
+"""Per-organization rate limits (spec §7/§8, DESIGN.md §3): 429, Retry-After, RateLimit-*."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from execauth.errors import RateLimited, ServiceUnavailable
+from execauth.runtime import Runtime
+from execauth.tenancy.orgs import new_org_id
+from execauth.tenancy.rate_limits import OrgRateLimiter
+from tests.conftest import ADMIN, REDIS_URL, Tenant, make_tenant, small_plans
+
+PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
+
+pytestmark = pytest.mark.anyio
+three_a_minute = pytest.mark.parametrize("plans", [small_plans(per_minute=3)], ids=["3/min"])
+
+
+async def execute(client: httpx.AsyncClient, tenant: Tenant, body: object) -> httpx.Response:
+    return await client.post("/v1/execute", json=body, headers=tenant.auth)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (PERMIT, 200),
+        ({"surface": ""}, 400),
+        ({"surface": "pay.out"}, 404),
+    ],
+    ids=["decision", "invalid", "unknown-surface"],
+)
+async def test_every_counted_gateway_answer_carries_ratelimit_headers(
+    client: httpx.AsyncClient, tenant: Tenant, body: object, status: int
+) -> None:
+    response = await execute(client, tenant, body)
+    assert response.status_code == status
+    assert all(name in response.headers for name in RATE_HEADERS)
+    assert response.headers["ratelimit-limit"] == "5000"
+
+
+async def test_remaining_counts_down_by_one_per_request(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    first = await execute(client, tenant, PERMIT)
+    second = await execute(client, tenant, PERMIT)
+    remaining = int(first.headers["ratelimit-remaining"])
+    assert int(second.headers["ratelimit-remaining"]) == remaining - 1
+
+
+@three_a_minute
+async def test_request_over_the_per_minute_limit_is_429_rate_limited(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    for _ in range(3):
+        assert (await execute(client, tenant, PERMIT)).status_code == 200
+    response = await execute(client, tenant, PERMIT)
+    assert response.status_code == 429
+    assert response.json()["error"] == "rate_limited"
+    assert "decision" not in response.json()
+    assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert response.headers["ratelimit-remaining"] == "0"
+
+
+@three_a_minute
+async def test_rate_limited_requests_are_not_evaluated_or_counted(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    for _ in range(5):
+        await execute(client, tenant, PERMIT)
+    assert runtime.executions.count(tenant.org_id) == 3
+
+
+@three_a_minute
+async def test_each_organization_has_its_own_limit(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    for _ in range(4):
+        await execute(client, tenant, PERMIT)
+    other = await make_tenant(client)
+    assert (await execute(client, other, PERMIT)).status_code == 200
+
+
+async def test_enterprise_plan_allows_bursts_of_10000_a_minute(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    await client.patch(
+        f"/console/v1/orgs/{tenant.org_id}", json={"plan": "enterprise"}, headers=ADMIN
+    )
+    response = await execute(client, tenant, PERMIT)
+    assert response.headers["ratelimit-limit"] == "10000"
+
+
+async def test_unauthenticated_requests_are_refused_before_counting(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    response = await client.post("/v1/execute", json=PERMIT)
+    assert response.status_code == 401
+    assert "ratelimit-limit" not in response.headers
+
+
+class TestUnreachableRedis:
+    """A limiter that cannot answer fails the request closed: 503, never unlimited."""
+
+    @pytest.fixture
+    def redis_url(self) -> str:
+        with socket.socket() as probe:  # a port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    async def test_refused_redis_connection_is_503_service_unavailable(
+        self, client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+    ) -> None:
+        response = await execute(client, tenant, PERMIT)
+        assert response.status_code == 503
+        assert response.json()["error"] == "service_unavailable"
+        assert runtime.executions.count(tenant.org_id) == 0
+
+    async def test_the_instance_reports_not_ready(self, client: httpx.AsyncClient) -> None:
+        assert (await client.get("/readyz")).status_code == 503
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A TCP server that accepts connections and never answers: a hung Redis."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield f"redis://127.0.0.1:{server.getsockname()[1]}/0"
+
+
+async def test_hung_redis_is_503_within_the_timeout(silent_server: str) -> None:
+    limiter = OrgRateLimiter(silent_server, timeout_seconds=0.2, prefix="t")
+    try:
+        with pytest.raises(ServiceUnavailable):
+            await limiter.hit("org_a", 10)
+    finally:
+        limiter.close()
+
+
+needs_redis = pytest.mark.skipif(
+    not REDIS_URL, reason="Redis tests need EXECAUTH_TEST_REDIS_URL (set by .ci/run)"
+)
+
+
+@needs_redis
+async def test_instances_sharing_redis_share_one_counter() -> None:
+    assert REDIS_URL is not None
+    first = OrgRateLimiter(REDIS_URL, timeout_seconds=2, prefix="execauth-test")
+    second = OrgRateLimiter(REDIS_URL, timeout_seconds=2, prefix="execauth-test")
+    org = new_org_id()
+    try:
+        await first.hit(org, 3)
+        await second.hit(org, 3)
+        assert (await first.hit(org, 3)).remaining == 0
+        with pytest.raises(RateLimited):
+            await second.hit(org, 3)
+    finally:
+        first.close()
+        second.close()
+
+
+class TestWithRedis:
+    @pytest.fixture
+    def redis_url(self) -> str:
+        if not REDIS_URL:
+            pytest.skip("Redis tests need EXECAUTH_TEST_REDIS_URL (set by .ci/run)")
+        return REDIS_URL
+
+    @three_a_minute
+    async def test_gateway_limits_through_redis(
+        self, client: httpx.AsyncClient, tenant: Tenant
+    ) -> None:
+        statuses = [(await execute(client, tenant, PERMIT)).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+
+    async def test_the_instance_is_ready_with_redis_up(self, client: httpx.AsyncClient) -> None:
+        assert (await client.get("/readyz")).status_code == 200
