@@ -1,0 +1,122 @@
+// Live tests against a running execauth whose organization has the DEPLOY_POLICY of
+// tests/conftest.py (scripts/test-live.sh sets one up). Skipped, with the reason
+// shown, unless EXECAUTH_TEST_URL and EXECAUTH_TEST_API_KEY are set.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { describe, test as nodeTest } from "node:test";
+
+import {
+  Client,
+  DeniedError,
+  IdempotencyConflictError,
+  InvalidRequestError,
+  SilencedError,
+  SurfaceNotFoundError,
+  UnauthorizedError,
+  requestDigest,
+  requirePermit,
+  verify,
+} from "../dist/index.js";
+
+const url = process.env.EXECAUTH_TEST_URL;
+const apiKey = process.env.EXECAUTH_TEST_API_KEY;
+const skip = url && apiKey ? false : "live tests need EXECAUTH_TEST_URL and EXECAUTH_TEST_API_KEY (see scripts/test-live.sh)";
+
+const PERMIT = { surface: "deploy.production", actor: "release-bot", context: { branch: "main" } };
+const DENY = { surface: "deploy.production", actor: "release-bot", context: { branch: "feature/x" } };
+const SILENCE = { surface: "deploy.production", actor: "release-bot" };
+
+describe("live: a running execauth", () => {
+  // Each test carries the skip, so the runner counts (and names) every skipped one.
+  const test = (name, fn) => nodeTest(name, { skip }, fn);
+  const client = new Client({ baseUrl: url ?? "http://unset", apiKey, maxRetries: 2 });
+  const profileB = new Client({ baseUrl: url ?? "http://unset", apiKey, wireProfile: "b" });
+
+  test("PERMIT: authorize returns a receipt that verifies offline against the published keys", async () => {
+    const receipt = await client.authorize(PERMIT);
+    assert.equal(receipt.decision, "PERMIT");
+    assert.equal(receipt.enforcement, "EXECUTED");
+    assert.equal(receipt.rule_id, "main-only");
+    assert.equal(receipt.request_digest, requestDigest(PERMIT));
+    const keys = await client.keys();
+    const verdict = verify(receipt, keys);
+    assert.equal(verdict.reason, "valid", verdict.detail);
+    assert.equal(verdict.usable, true);
+    assert.equal(requirePermit(receipt, { keys, surface: PERMIT.surface, actor: PERMIT.actor }), receipt);
+  });
+
+  test("PERMIT: client.requirePermit binds the receipt to this exact request", async () => {
+    const receipt = await client.requirePermit(PERMIT);
+    assert.equal(receipt.decision, "PERMIT");
+    assert.ok(Date.parse(receipt.expires_at) > Date.now());
+  });
+
+  test("PERMIT with a payload: the request digest agrees with the server's", async () => {
+    const request = { surface: "deploy.staging", action: "deploy", payload: { amount: 2, tags: ["a", "é"], rate: 0.1 } };
+    const receipt = await client.requirePermit(request);
+    assert.equal(receipt.rule_id, "anyone");
+    assert.equal(receipt.request_digest, requestDigest(request));
+  });
+
+  test("DENY: an authentic receipt, and requirePermit throws DeniedError", async () => {
+    const receipt = await client.authorize(DENY);
+    assert.equal(receipt.decision, "DENY");
+    assert.equal(receipt.reason_code, "POLICY_VIOLATION");
+    assert.equal(receipt.reasonCode, "SERVICE_POLICY_WRONG_BRANCH");
+    assert.equal((await client.verify(receipt)).reason, "valid");
+    await assert.rejects(client.requirePermit(DENY), (error) => {
+      assert.ok(error instanceof DeniedError);
+      assert.equal(error.reasonCode, "SERVICE_POLICY_WRONG_BRANCH");
+      return true;
+    });
+  });
+
+  test("SILENCE: a missing required context path fails closed", async () => {
+    const receipt = await client.authorize(SILENCE);
+    assert.equal(receipt.decision, "SILENCE");
+    assert.equal(receipt.reason_code, "INDETERMINATE_EVALUATION");
+    assert.equal(receipt.reasonCode, "SERVICE_POLICY_MISSING_CONTEXT");
+    assert.equal((await client.verify(receipt)).reason, "valid");
+    await assert.rejects(client.requirePermit(SILENCE), SilencedError);
+  });
+
+  test("profile B: a DENY (403) and a SILENCE (422) are receipts, not errors", async () => {
+    const deny = await profileB.authorize(DENY);
+    assert.equal(deny.decision, "DENY");
+    const silence = await profileB.authorize(SILENCE);
+    assert.equal(silence.decision, "SILENCE");
+    assert.equal((await profileB.verify(silence)).reason, "valid");
+    await assert.rejects(profileB.requirePermit(DENY), DeniedError);
+  });
+
+  test("the same idempotency key returns the same receipt; another request under it is 409", async () => {
+    const idempotencyKey = `ts-${randomUUID()}`;
+    const first = await client.authorize({ ...PERMIT, idempotencyKey });
+    const again = await client.authorize({ ...PERMIT, idempotencyKey });
+    assert.deepEqual(again, first);
+    assert.equal(first.request_id, idempotencyKey);
+    await assert.rejects(client.authorize({ ...DENY, idempotencyKey }), IdempotencyConflictError);
+  });
+
+  test("wire errors map to typed errors in both profiles", async () => {
+    await assert.rejects(client.authorize({ surface: "nothing.here" }), SurfaceNotFoundError);
+    await assert.rejects(client.authorize({ surface: "Not A Surface" }), InvalidRequestError);
+    for (const profile of ["a", "b"]) {
+      const stranger = new Client({ baseUrl: url ?? "", apiKey: "service_live_wrong", wireProfile: profile });
+      await assert.rejects(stranger.authorize(PERMIT), (error) => {
+        assert.ok(error instanceof UnauthorizedError, `${profile}: ${error}`);
+        assert.equal(error.status, 401);
+        assert.ok(error.requestId);
+        return true;
+      });
+    }
+  });
+
+  test("the key list is public and names the issuer of the receipts", async () => {
+    const keys = await new Client({ baseUrl: url ?? "" }).keys();
+    assert.ok(keys.keys.size >= 1);
+    const receipt = await client.authorize(PERMIT);
+    assert.equal(receipt.issuer, keys.issuer);
+    assert.ok(keys.keys.has(receipt.key_id));
+  });
+});

@@ -1,0 +1,73 @@
+// The shared test vectors (testdata/vectors/, format in its README.md): every vector must
+// get from this SDK the verdict the reference verifier (src/execauth/verify.py) gives it.
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { canonicalize, parseKeyList, verify } from "../dist/index.js";
+import { UNSIGNED } from "./helpers.js";
+
+const DIR = fileURLToPath(new URL("../../../testdata/vectors/", import.meta.url));
+const read = (path) => JSON.parse(readFileSync(DIR + path, "utf8"));
+
+function verdictOf(receipt, keyList, now) {
+  // As the README says: verify against the list's keys, with the list's issuer, at `now`.
+  const verdict = verify(receipt, parseKeyList(keyList), { now });
+  return {
+    authentic: verdict.authentic,
+    reason: verdict.reason,
+    expired: verdict.expired,
+    decision: verdict.decision,
+    key_id: verdict.keyId,
+    exit_code: verdict.authentic && !verdict.expired ? 0 : 1, // `execauth verify` without --expect-*
+  };
+}
+
+describe("shared test vectors", () => {
+  if (!existsSync(DIR + "index.json")) {
+    test("testdata/vectors/index.json is present", { skip: `no vectors at ${DIR}` }, () => {});
+    return;
+  }
+  const index = read("index.json");
+  // The range's lower end, and a day before its upper end: the upper end is exclusive
+  // (permit-valid expires at exactly 2099-01-01T00:00Z) and permit-just-before-key-expires
+  // expires at 2098-12-31T23:59:59.999Z, so its last millisecond is not clock-independent
+  // (the reference verifier agrees: expired there).
+  const [earliest, until] = index.clock_independent_between;
+  const latest = Date.parse(until) - 86_400_000;
+
+  test("the index is format 1 and lists vectors", () => {
+    assert.equal(index.format, 1);
+    assert.ok(index.vectors.length > 0);
+  });
+
+  test("every reason code of the reference is covered by some vector", () => {
+    const covered = new Set(index.vectors.map((entry) => entry.expected.reason));
+    assert.deepEqual([...covered].sort(), [...index.reasons].sort());
+  });
+
+  for (const entry of index.vectors) {
+    const vector = read(entry.file);
+    const keyList = read(entry.keys);
+
+    test(`${entry.name}: ${entry.expected.reason}${entry.expected.expired ? " (expired)" : ""}`, () => {
+      assert.deepEqual(vector.expected, entry.expected, "case file and index agree");
+      assert.equal(vector.keys, entry.keys);
+      assert.deepEqual(verdictOf(vector.receipt, keyList, vector.now), vector.expected, vector.description);
+    });
+
+    test(`${entry.name}: the same verdict across clock_independent_between`, () => {
+      for (const now of [earliest, latest]) {
+        assert.deepEqual(verdictOf(vector.receipt, keyList, now), vector.expected, `now = ${new Date(now).toISOString()}`);
+      }
+    });
+
+    if (typeof vector.signing_payload === "string") {
+      test(`${entry.name}: the signing payload is byte for byte the Python one`, () => {
+        const signed = Object.fromEntries(Object.entries(vector.receipt).filter(([name]) => !UNSIGNED.includes(name)));
+        assert.equal(canonicalize(signed), vector.signing_payload);
+      });
+    }
+  }
+});
