@@ -1,0 +1,42 @@
+"""The web console and the public ``/verify`` page, as routes for the app factory.
+
+``/verify`` and the static assets belong to the gateway surface (public); the
+console belongs to the operator surface. Assets are served wherever a page is,
+so a listener with only the operator surface still has its stylesheet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from execauth.service import ExecutionService
+from execauth.web.auth import ConsoleAuth
+from execauth.web.console import console_pages
+from execauth.web.manage import manage_pages
+from execauth.web.rendering import STATIC_PREFIX, Renderer, page_route
+
+
+def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseRoute]:
+    renderer = Renderer()
+    routes: list[BaseRoute] = []
+    if "gateway" in surfaces or "operator" in surfaces:
+        routes.append(page_route(STATIC_PREFIX + "{name}", renderer.asset, "GET"))
+    if "gateway" in surfaces:
+
+        async def verify_page(request: Request) -> Response:
+            """Receipts are checked in the browser; this page never receives one."""
+            return renderer.page(
+                "verify.html",
+                {"operator": None, "path": "/verify", "now": request.query_params.get("now", "")},
+            )
+
+        routes.append(page_route("/verify", renderer.html_endpoint(verify_page), "GET"))
+    if "operator" in surfaces:
+        auth = ConsoleAuth(service, renderer)
+        routes += console_pages(service, renderer, auth)
+        routes += manage_pages(service, renderer, auth)
+    return routes

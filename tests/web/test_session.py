@@ -1,0 +1,142 @@
+"""Console sign-in and sessions: what the cookie holds, who may sign in, CSRF, sign-out."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.operator.conftest import Operators
+from tests.web.conftest import Console, csrf_of, secret_of, sign_in
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_login_sets_an_httponly_strict_secure_cookie_without_the_key(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    response = await sign_in(client, secret_of(ops.admin))
+    assert response.status_code == 303
+    assert response.headers["location"] == "/console/executions"
+    cookie = next(
+        c for c in response.headers.get_list("set-cookie") if c.startswith("execauth_console=")
+    )
+    attributes = [a.strip().lower() for a in cookie.split(";")]
+    assert "httponly" in attributes
+    assert "samesite=strict" in attributes
+    assert "secure" in attributes  # the test client speaks https
+    assert secret_of(ops.admin) not in cookie
+    assert secret_of(ops.admin)[13:] not in cookie
+
+
+async def test_a_signed_in_admin_sees_the_timeline(console: Console) -> None:
+    page = await console.client.get("/console/executions")
+    assert page.status_code == 200
+    assert "Executions" in page.text
+    assert "Sign out" in page.text
+
+
+async def test_an_auditor_can_sign_in(client: httpx.AsyncClient, ops: Operators) -> None:
+    assert (await sign_in(client, secret_of(ops.auditor))).status_code == 303
+    assert (await client.get("/console/executions")).status_code == 200
+
+
+async def test_a_wrong_key_cannot_sign_in(client: httpx.AsyncClient, ops: Operators) -> None:
+    response = await sign_in(client, "service_live_" + "A" * 49)
+    assert response.status_code == 401
+    assert "execauth_console=" not in response.headers.get("set-cookie", "")
+    assert (await client.get("/console/executions")).status_code == 303
+
+
+async def test_an_execute_key_cannot_sign_in(client: httpx.AsyncClient, ops: Operators) -> None:
+    response = await sign_in(client, ops.tenant.api_key)
+    assert response.status_code == 403
+    assert "admin or auditor" in response.text
+    assert "execauth_console=" not in response.headers.get("set-cookie", "")
+    assert ops.tenant.api_key not in response.text
+
+
+async def test_a_revoked_key_cannot_sign_in(client: httpx.AsyncClient, ops: Operators) -> None:
+    revoked = await client.delete(f"/operator/keys/{ops.admin_key_id}", headers=ops.admin)
+    assert revoked.status_code == 204
+    assert (await sign_in(client, secret_of(ops.admin))).status_code == 401
+
+
+async def test_a_revoked_keys_session_stops_working(console: Console) -> None:
+    assert (await console.client.get("/console/keys")).status_code == 200
+    revoked = await console.client.delete(
+        f"/operator/keys/{console.ops.admin_key_id}", headers=console.ops.auditor | {}
+    )
+    assert revoked.status_code == 403  # auditors cannot revoke; use the admin's own key
+    revoked = await console.client.delete(
+        f"/operator/keys/{console.ops.admin_key_id}", headers=console.ops.admin
+    )
+    assert revoked.status_code == 204
+    page = await console.client.get("/console/keys")
+    assert page.status_code == 303
+    assert page.headers["location"] == "/console/login"
+    post = await console.client.post("/console/keys", data={"csrf_token": "x", "name": "n"})
+    assert post.status_code == 401
+
+
+async def test_a_post_without_a_csrf_token_is_403(console: Console) -> None:
+    response = await console.client.post("/console/keys", data={"name": "sneaky"})
+    assert response.status_code == 403
+    keys = await console.client.get("/operator/keys", headers=console.ops.admin)
+    assert "sneaky" not in keys.text
+
+
+async def test_a_post_with_a_wrong_csrf_token_is_403(console: Console) -> None:
+    token = await console.csrf()
+    wrong = ("0" if token[0] != "0" else "1") + token[1:]
+    response = await console.client.post("/console/keys", data={"csrf_token": wrong, "name": "x"})
+    assert response.status_code == 403
+    replay = await console.client.post(
+        "/console/executions/service_exec_00000000000000000000000000/replay",
+        data={"csrf_token": wrong},
+    )
+    assert replay.status_code == 403
+
+
+async def test_sign_in_without_its_csrf_token_is_403(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    await client.get("/console/login")
+    response = await client.post("/console/login", data={"api_key": secret_of(ops.admin)})
+    assert response.status_code == 403
+
+
+async def test_another_sessions_csrf_token_is_refused(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    await sign_in(client, secret_of(ops.admin))
+    first = csrf_of((await client.get("/console/keys")).text)
+    client.cookies.clear()
+    await sign_in(client, secret_of(ops.admin))  # a new session, a new token
+    response = await client.post("/console/keys", data={"csrf_token": first, "name": "x"})
+    assert response.status_code == 403
+
+
+async def test_a_tampered_session_cookie_is_refused(console: Console) -> None:
+    cookie = console.client.cookies["execauth_console"]
+    body, tag = cookie.split(".")
+    console.client.cookies.set(
+        "execauth_console", body + "." + ("A" if tag[0] != "A" else "B") + tag[1:],
+        domain="execauth.test",
+    )  # fmt: skip
+    assert (await console.client.get("/console/keys")).status_code == 303
+
+
+async def test_sign_out_ends_the_session(console: Console) -> None:
+    token = await console.csrf()
+    response = await console.client.post("/console/logout", data={"csrf_token": token})
+    assert response.status_code == 303
+    cleared = response.headers["set-cookie"]
+    assert cleared.startswith("execauth_console=")
+    assert "max-age=0" in cleared.lower()
+    assert (await console.client.get("/console/executions")).status_code == 303
+
+
+async def test_the_console_needs_a_session(client: httpx.AsyncClient) -> None:
+    response = await client.get("/console/executions")
+    assert response.status_code == 303
+    assert response.headers["location"] == "/console/login"
