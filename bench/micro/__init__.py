@@ -1,0 +1,1 @@
+"""Micro benchmarks (pytest-benchmark); see docs/performance.md."""

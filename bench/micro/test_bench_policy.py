@@ -1,0 +1,61 @@
+"""Policy evaluation and compilation with 1, 10, 100 and 1,000 rules per surface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from execauth.policy.decision import Outcome, PolicyRef
+from execauth.policy.document import parse_policy_document
+from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
+from execauth.request import parse_execute_request
+
+from .conftest import NOW, ORG_FACTS, policy_yaml
+
+RULE_COUNTS = [1, 10, 100, 1000]
+
+
+def compiled(rules: int) -> CompiledPolicy:
+    document = parse_policy_document(policy_yaml(rules), policy_id="bench")
+    return compile_policy(document, PolicyRef("bench", 1, document.policy_hash))
+
+
+@pytest.mark.parametrize("rules", RULE_COUNTS)
+def test_evaluate(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
+    """``evaluate`` on the wrk request: every rule runs, the last one permits."""
+    selected = PolicySet([compiled(rules)]).select("deploy.production")
+    assert selected is not None
+    block = selected[1]
+    request = parse_execute_request(body, None).evaluation_input()
+    decision = benchmark(evaluate, block, request, now=NOW, org=ORG_FACTS)
+    assert decision.outcome is Outcome.PERMIT
+    assert decision.rule_id == "release-from-main"
+
+
+@pytest.mark.parametrize("rules", RULE_COUNTS)
+def test_select_and_evaluate(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
+    """What the service does per request: pick the block for the surface, then evaluate."""
+    policies = PolicySet([compiled(rules)])
+    request = parse_execute_request(body, None).evaluation_input()
+
+    def decide() -> Any:
+        selected = policies.select("deploy.production")
+        assert selected is not None
+        return evaluate(selected[1], request, now=NOW, org=ORG_FACTS)
+
+    assert benchmark(decide).outcome is Outcome.PERMIT
+
+
+@pytest.mark.parametrize("rules", RULE_COUNTS)
+def test_parse_and_compile(benchmark: Any, rules: int) -> None:
+    """Publishing cost: parse the YAML document and compile every CEL expression."""
+    text = policy_yaml(rules)
+
+    def publish() -> CompiledPolicy:
+        document = parse_policy_document(text, policy_id="bench")
+        return compile_policy(document, PolicyRef("bench", 1, document.policy_hash))
+
+    rounds = 3 if rules >= 1000 else 10
+    result = benchmark.pedantic(publish, rounds=rounds, iterations=1, warmup_rounds=1)
+    assert len(result.blocks[0].rules) == rules
