@@ -7,6 +7,7 @@ import typer
 from execauth.cli import (
     audit,
     db,
+    gate,
     keys,
     orgs,
     policies,
@@ -26,6 +27,8 @@ app = typer.Typer(
 )
 app.command("serve")(serve.serve)
 app.command("verify")(verify.verify)
+# Everything after the first argument is the command, its own options included.
+app.command("gate", context_settings={"allow_interspersed_args": False})(gate.gate)
 app.add_typer(db.app, name="db")
 app.add_typer(signing_keys.app, name="signing-keys")
 app.add_typer(orgs.app, name="org")
