@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-import rfc8785
 from ulid import ULID
 
+from execauth.canonical import canonical_json
 from execauth.policy.decision import Decision, Outcome, PolicyRef
+from execauth.random_pool import random_bytes, random_hex
 from execauth.request import ExecuteRequest
 from execauth.wire_time import format_timestamp
 
@@ -37,16 +37,18 @@ class Signer(Protocol):
 
 
 def new_receipt_id() -> str:
-    return RECEIPT_ID_PREFIX + secrets.token_hex(8)
+    return RECEIPT_ID_PREFIX + random_hex(8)
 
 
 def new_execution_id(now: datetime) -> str:
-    return EXECUTION_ID_PREFIX + str(ULID.from_datetime(now))
+    """A ULID: 48 bits of milliseconds since the epoch, then 80 random bits."""
+    millis = int(now.timestamp() * 1000)
+    return EXECUTION_ID_PREFIX + str(ULID.from_bytes(millis.to_bytes(6, "big") + random_bytes(10)))
 
 
 def signing_payload(receipt: Mapping[str, Any]) -> bytes:
     """The exact bytes the signature covers: RFC 8785 JSON of the signed fields."""
-    return rfc8785.dumps({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})
+    return canonical_json({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})
 
 
 def build_receipt(

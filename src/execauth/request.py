@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
-
+from execauth.canonical import CanonicalizationError, canonical_json
 from execauth.errors import InvalidRequest
 
 SURFACE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+\Z")
@@ -45,7 +44,7 @@ class ExecuteRequest:
 
 
 def request_digest(normalized: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(normalized)).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(normalized)).hexdigest()
 
 
 def is_valid_surface(value: object) -> bool:
@@ -91,7 +90,7 @@ def parse_execute_request(body: object, idempotency_header: str | None) -> Execu
     }
     try:
         digest = request_digest(normalized)
-    except rfc8785.CanonicalizationError as exc:
+    except CanonicalizationError as exc:
         # A request we cannot canonicalize could not be signed or replayed exactly.
         raise InvalidRequest(f"request cannot be canonicalized (RFC 8785): {exc}") from exc
     return ExecuteRequest(surface, action, actor, context, payload, idempotency_key, digest)
@@ -108,8 +107,8 @@ def _one_of(body: Mapping[str, Any], *names: str) -> tuple[str, Any]:
 def _same_json(left: Any, right: Any) -> bool:
     """JSON equality: unlike Python's ``==``, ``true`` is not ``1`` and ``1`` is not ``1.0``."""
     try:
-        return bool(rfc8785.dumps(left) == rfc8785.dumps(right))
-    except rfc8785.CanonicalizationError as exc:
+        return canonical_json(left) == canonical_json(right)
+    except CanonicalizationError as exc:
         raise InvalidRequest(f"request cannot be canonicalized (RFC 8785): {exc}") from exc
 
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import rfc8785
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_der_public_key
 
-from execauth.receipts import SIGNATURE_PREFIX, signing_payload
+from execauth.receipts import SIGNATURE_PREFIX, UNSIGNED_FIELDS
 from execauth.wire_time import parse_timestamp
 
 KEY_ID_PREFIX = "service_key_"
@@ -109,6 +110,16 @@ def _parse_key_entry(entry: object) -> PublishedKey | None:
     return PublishedKey(key_id, public_key, created_at, expires_at, str(status))
 
 
+def reference_signing_payload(receipt: Mapping[str, Any]) -> bytes:
+    """The signed bytes, from the reference RFC 8785 implementation.
+
+    The server signs through ``execauth.canonical``'s fast path; verifying with
+    ``rfc8785`` itself keeps this module auditable on its own and makes every
+    sign-then-verify test a cross-check of that fast path.
+    """
+    return rfc8785.dumps({k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS})
+
+
 def verify_receipt(
     receipt: object,
     keys: Mapping[str, PublishedKey],
@@ -156,7 +167,7 @@ def verify_receipt(
         )
 
     try:
-        payload = signing_payload(receipt)
+        payload = reference_signing_payload(receipt)
         raw_signature = base64.b64decode(signature[len(SIGNATURE_PREFIX) :], validate=True)
         key.public_key.verify(raw_signature, payload)
     except (InvalidSignature, ValueError, TypeError, binascii.Error):
