@@ -13,8 +13,9 @@ def truncate_to_millis(moment: datetime) -> datetime:
 
 def format_timestamp(moment: datetime) -> str:
     """Render ``moment`` as e.g. ``2026-11-22T10:15:30.123Z``."""
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # isoformat always writes four-digit years (strftime's %Y does not below 1000)
+    # and is faster; a UTC datetime ends in "+00:00", which becomes "Z".
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_timestamp(text: str) -> datetime:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any, TypeVar
 
 import msgspec
@@ -10,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from execauth.errors import InvalidRequest, PayloadTooLarge
+from execauth.random_pool import random_hex
 
 _decoder = msgspec.json.Decoder()
 # Deeper documents are refused up front: canonicalization, CEL and msgspec all
@@ -29,7 +29,7 @@ def request_id(request: Request) -> str:
     """A server-side id for this HTTP request (echoed in errors and logs)."""
     rid = getattr(request.state, "request_id", None)
     if rid is None:
-        rid = "req_" + secrets.token_hex(8)
+        rid = "req_" + random_hex(8)
         request.state.request_id = rid
     return rid
 
