@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from ulid import ULID
 
@@ -185,30 +185,53 @@ def _consume_quota_many(conn: Connection, org_id: str, quota: QuotaCheck, wanted
     The counter row is written first (taking SQLite's write lock, or the row lock
     on PostgreSQL with FOR UPDATE) before it is read, so the grant is exact.
     """
-    conn.execute(
-        _dialect(conn)
-        .insert(usage_counters)
-        .values(org_id=org_id, period=quota.period, executes=0)
-        .on_conflict_do_nothing(index_elements=["org_id", "period"])
-    )
-    current_query = select(usage_counters.c.executes).where(
-        usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period
-    )
-    if conn.dialect.name == "postgresql":
-        current_query = current_query.with_for_update()
-    current = int(conn.execute(current_query).scalar_one())
+    counter = {"counter_org": org_id, "counter_period": quota.period}
+    conn.execute(_ENSURE_COUNTER[_dialect_name(conn)], counter)
+    current_query = _CURRENT_COUNT_FOR_UPDATE if _is_postgres(conn) else _CURRENT_COUNT
+    current = int(conn.execute(current_query, counter).scalar_one())
     granted = wanted if quota.limit is None else max(0, min(wanted, quota.limit - current))
     if granted:
-        conn.execute(
-            update(usage_counters)
-            .where(usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period)
-            .values(executes=usage_counters.c.executes + granted)
-        )
+        conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": granted})
     return granted
 
 
 def _dialect(conn: Connection) -> Any:
     return postgresql if conn.dialect.name == "postgresql" else sqlite
+
+
+def _dialect_name(conn: Connection) -> str:
+    return "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+
+
+def _is_postgres(conn: Connection) -> bool:
+    return bool(conn.dialect.name == "postgresql")
+
+
+# The quota statements run in every writer batch: built once, so that each
+# execution is a compiled-cache hit instead of a new statement tree to build and key.
+_COUNTER_ROW = (usage_counters.c.org_id == bindparam("counter_org")) & (
+    usage_counters.c.period == bindparam("counter_period")
+)
+_ENSURE_COUNTER = {
+    name: dialect.insert(usage_counters)
+    .values(org_id=bindparam("counter_org"), period=bindparam("counter_period"), executes=0)
+    .on_conflict_do_nothing(index_elements=["org_id", "period"])
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_CURRENT_COUNT = select(usage_counters.c.executes).where(_COUNTER_ROW)
+_CURRENT_COUNT_FOR_UPDATE = _CURRENT_COUNT.with_for_update()
+_ADD_TO_COUNT = (
+    update(usage_counters)
+    .where(_COUNTER_ROW)
+    .values(executes=usage_counters.c.executes + bindparam("counter_delta"))
+)
+# The conditional UPDATE takes the row's lock: concurrent writers serialize on it.
+_COUNT_ONE_BELOW_LIMIT = (
+    update(usage_counters)
+    .where(_COUNTER_ROW, usage_counters.c.executes < bindparam("counter_limit"))
+    .values(executes=usage_counters.c.executes + 1)
+    .returning(usage_counters.c.executes)
+)
 
 
 def _consume_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> bool:
@@ -218,29 +241,18 @@ def _consume_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> bool:
     (threads, processes, instances on one PostgreSQL) are serialized on it and
     the limit is exact.
     """
-    conn.execute(
-        _dialect(conn)
-        .insert(usage_counters)
-        .values(org_id=org_id, period=quota.period, executes=0)
-        .on_conflict_do_nothing(index_elements=["org_id", "period"])
-    )
-    statement = (
-        update(usage_counters)
-        .where(usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period)
-        .values(executes=usage_counters.c.executes + 1)
-        .returning(usage_counters.c.executes)
-    )
-    if quota.limit is not None:
-        statement = statement.where(usage_counters.c.executes < quota.limit)
-    return conn.execute(statement).first() is not None
+    counter = {"counter_org": org_id, "counter_period": quota.period}
+    conn.execute(_ENSURE_COUNTER[_dialect_name(conn)], counter)
+    if quota.limit is None:
+        conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": 1})
+        return True
+    below = counter | {"counter_limit": quota.limit}
+    return conn.execute(_COUNT_ONE_BELOW_LIMIT, below).first() is not None
 
 
 def _refund_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> None:
-    conn.execute(
-        update(usage_counters)
-        .where(usage_counters.c.org_id == org_id, usage_counters.c.period == quota.period)
-        .values(executes=usage_counters.c.executes - 1)
-    )
+    counter = {"counter_org": org_id, "counter_period": quota.period}
+    conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": -1})
 
 
 def executes_in_period(conn: Connection, org_id: str, period: str) -> int:

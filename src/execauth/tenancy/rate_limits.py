@@ -21,6 +21,7 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import Storage as AsyncStorage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from limits.storage import storage_from_string
+from limits.util import WindowStats
 
 from execauth.errors import RateLimited, ServiceUnavailable
 
@@ -77,9 +78,13 @@ class OrgRateLimiter:
         if item is None:
             item = self._items.setdefault(per_minute, RateLimitItemPerMinute(per_minute))
         try:
-            with anyio.fail_after(self._timeout):
-                allowed = await self._limiter.hit(item, org_id)
-                stats = await self._limiter.get_window_stats(item, org_id)
+            if self._pool is None:
+                # Memory storage cannot hang; the deadline (about 10 µs of cancel-scope
+                # bookkeeping per request) is for a networked store.
+                allowed, stats = await self._count(item, org_id)
+            else:
+                with anyio.fail_after(self._timeout):
+                    allowed, stats = await self._count(item, org_id)
         except Exception as exc:
             # Timeouts, refused connections, protocol errors: all fail closed.
             raise ServiceUnavailable("the rate limiter is unavailable; retry later") from exc
@@ -91,6 +96,10 @@ class OrgRateLimiter:
                 headers={**state.headers(), "Retry-After": str(reset)},
             )
         return state
+
+    async def _count(self, item: RateLimitItemPerMinute, org_id: str) -> tuple[bool, WindowStats]:
+        allowed = await self._limiter.hit(item, org_id)
+        return allowed, await self._limiter.get_window_stats(item, org_id)
 
     async def healthy(self) -> bool:
         """Whether the storage answers now (``/readyz``): a dead Redis means not ready."""
