@@ -21,7 +21,17 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, Engine, bindparam, func, insert, select, text, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    func,
+    insert,
+    select,
+    text,
+    union_all,
+    update,
+)
 
 from execauth.ledger.merkle import (
     EMPTY_ROOT,
@@ -242,12 +252,22 @@ class SubtreeReader:
                 ):
                     self._memo[(0, index)] = bytes(digest)
             if nodes:
-                for level, index, digest in conn.execute(
+                by_level: dict[int, list[int]] = {}
+                for level, index in nodes:
+                    by_level.setdefault(level, []).append(index)
+                # One "org_id = ? AND level = ? AND node_index IN (...)" query per level,
+                # joined by UNION ALL: SQLite searches the whole primary key for each. A
+                # row-value IN over (level, node_index), or an OR of per-level terms, made
+                # it search by org_id only and read every node of the org's log.
+                per_level = [
                     select(log_nodes.c.level, log_nodes.c.node_index, log_nodes.c.hash).where(
                         log_nodes.c.org_id == self._org_id,
-                        tuple_(log_nodes.c.level, log_nodes.c.node_index).in_(nodes),
+                        log_nodes.c.level == level,
+                        log_nodes.c.node_index.in_(ids),
                     )
-                ):
+                    for level, ids in by_level.items()
+                ]
+                for level, index, digest in conn.execute(union_all(*per_level)):
                     self._memo[(level, index)] = bytes(digest)
 
     def __call__(self, start: int, end: int) -> bytes:
