@@ -42,6 +42,7 @@ from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_for
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
+from execauth.ttl_cache import TtlCache
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
@@ -79,23 +80,16 @@ class CredentialCache:
 
     def __init__(self, runtime: Runtime, ttl: float) -> None:
         self._runtime = runtime
-        self._ttl = ttl
-        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._entries: TtlCache[str, Principal | None] = TtlCache(
+            self._load, ttl=ttl, max_entries=_MAX_CACHED_CREDENTIALS
+        )
         self._last_use_written: dict[str, float] = {}
 
     def invalidate(self) -> None:
-        self._entries.clear()
+        self._entries.invalidate()
 
     async def principal(self, secret: str) -> Principal | None:
-        secret_hash = hash_secret(self._runtime.secret, secret)
-        entry = self._entries.get(secret_hash)
-        if entry is not None and time.monotonic() - entry[0] < self._ttl:
-            return entry[1]
-        principal = await anyio.to_thread.run_sync(self._load, secret_hash)
-        if len(self._entries) >= _MAX_CACHED_CREDENTIALS:
-            self._entries.clear()
-        self._entries[secret_hash] = (time.monotonic(), principal)
-        return principal
+        return await self._entries.get(hash_secret(self._runtime.secret, secret))
 
     def _load(self, secret_hash: str) -> Principal | None:
         match = self._runtime.control.api_key_by_secret_hash(secret_hash)
@@ -120,20 +114,14 @@ class PolicyCache:
 
     def __init__(self, control: ControlStore, ttl: float) -> None:
         self._control = control
-        self._ttl = ttl
-        self._sets: dict[str, tuple[float, PolicySet]] = {}
+        self._sets: TtlCache[str, PolicySet] = TtlCache(self._load, ttl=ttl)
         self._compiled: dict[tuple[str, str, int], CompiledPolicy] = {}
 
     def invalidate(self, org_id: str) -> None:
-        self._sets.pop(org_id, None)
+        self._sets.invalidate(org_id)
 
     async def policy_set(self, org_id: str) -> PolicySet:
-        entry = self._sets.get(org_id)
-        if entry is not None and time.monotonic() - entry[0] < self._ttl:
-            return entry[1]
-        policy_set = await anyio.to_thread.run_sync(self._load, org_id)
-        self._sets[org_id] = (time.monotonic(), policy_set)
-        return policy_set
+        return await self._sets.get(org_id)
 
     def _load(self, org_id: str) -> PolicySet:
         return PolicySet(self.compiled(stored) for stored in self._control.latest_policies(org_id))
