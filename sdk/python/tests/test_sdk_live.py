@@ -224,6 +224,63 @@ def test_errors_are_typed_in_both_profiles(live: Live, profile: str) -> None:
         c.authorize("deploy.production")
 
 
+class RateLimitedOnce(httpx.BaseTransport):
+    """In front of the real service: the first execute is answered 429, later ones pass.
+
+    With ``after_decision`` the service has already decided and stored that first request
+    when the 429 arrives (a proxy's limit, a lost answer): the hardest case for "one
+    request, one receipt".
+    """
+
+    def __init__(self, *, after_decision: bool) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.after_decision = after_decision
+        self.execute_keys: list[str] = []
+        self.replayed: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/execute":
+            return self.inner.handle_request(request)
+        self.execute_keys.append(request.headers["Idempotency-Key"])
+        if len(self.execute_keys) > 1:
+            response = self.inner.handle_request(request)
+            self.replayed.append(response.headers.get("Idempotent-Replayed"))
+            return response
+        if self.after_decision:
+            decided = self.inner.handle_request(request)
+            decided.read()
+            decided.close()
+        return httpx.Response(
+            429,
+            json={"error": "rate_limited", "message": "slow down"},
+            headers={"Retry-After": "1"},
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.parametrize("after_decision", [False, True], ids=["before", "after-decision"])
+def test_a_429_is_retried_with_the_same_idempotency_key_and_ends_in_one_receipt(
+    live: Live, after_decision: bool
+) -> None:
+    transport = RateLimitedOnce(after_decision=after_decision)
+    waits: list[float] = []
+    with Client(live.url, live.new_key(), transport=transport, sleep=waits.append) as c:
+        receipt = c.authorize("deploy.production", actor="release-bot", context=MAIN)
+        assert c.verify(receipt).authentic
+    assert receipt.decision == "PERMIT"
+    assert waits == [1.0]  # Retry-After, honoured
+    first, retry = transport.execute_keys
+    assert first == retry == receipt.request_id
+    assert transport.replayed == (["true"] if after_decision else [None])
+    usage = httpx.get(
+        f"{live.url}/console/v1/orgs/{receipt.org_id}/usage",
+        headers={"Authorization": f"Bearer {live.admin_token}"},
+    ).json()
+    assert usage["executes"]["total"] == 1
+
+
 def test_a_rotated_key_is_fetched_on_first_sight(live: Live) -> None:
     key = live.new_key()
     with Client(live.url, key) as c:

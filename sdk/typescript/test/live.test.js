@@ -112,6 +112,42 @@ describe("live: a running execauth", () => {
     }
   });
 
+  // A 429 from in front of the service (before it saw the request) or after it had
+  // decided (a proxy's limit, a lost answer): the retry must carry the same idempotency
+  // key, so the service stores one receipt, and the client returns that receipt.
+  for (const afterDecision of [false, true]) {
+    const when = afterDecision ? "after the service decided" : "before the service saw it";
+    test(`429 ${when}: the retry carries the same idempotency key and ends in one receipt`, async () => {
+      const sentKeys = [];
+      const delays = [];
+      const rateLimitedOnce = async (input, init = {}) => {
+        if (!String(input).endsWith("/v1/execute")) return fetch(input, init);
+        sentKeys.push(new Headers(init.headers).get("idempotency-key"));
+        if (sentKeys.length > 1) return fetch(input, init);
+        if (afterDecision) await (await fetch(input, init)).arrayBuffer();
+        return new Response(JSON.stringify({ error: "rate_limited", message: "slow down" }), {
+          status: 429,
+          headers: { "content-type": "application/json", "retry-after": "1" },
+        });
+      };
+      const sleep = async (ms) => void delays.push(ms);
+      const limited = new Client({ baseUrl: url ?? "", apiKey, fetch: rateLimitedOnce, sleep });
+      const receipt = await limited.requirePermit(PERMIT);
+      assert.deepEqual(delays, [1000]); // Retry-After, honoured
+      assert.equal(sentKeys.length, 2);
+      assert.equal(sentKeys[1], sentKeys[0]);
+      assert.equal(receipt.request_id, sentKeys[0]);
+      // One receipt exists under that key: asking again returns it, marked as a replay.
+      const again = await fetch(`${url}/v1/execute`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": sentKeys[0] },
+        body: JSON.stringify(PERMIT),
+      });
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal((await again.json()).receipt_id, receipt.receipt_id);
+    });
+  }
+
   test("the key list is public and names the issuer of the receipts", async () => {
     const keys = await new Client({ baseUrl: url ?? "" }).keys();
     assert.ok(keys.keys.size >= 1);
