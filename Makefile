@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: serve test lint typecheck pytest lock clean bench
+.PHONY: serve test lint typecheck pytest sdk-test sdk-test-python sdk-test-typescript lock clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,16 +21,35 @@ $(VENV)/.dev-installed: requirements/dev.lock pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@ $(VENV)/.runtime-installed
 
+# The Python SDK goes into the same venv, editable and without resolving anything new:
+# its dependencies (httpx, cryptography, rfc8785) are pinned by the runtime lock.
+# tests/examples and the SDK's own tests import it.
+$(VENV)/.sdk-installed: sdk/python/pyproject.toml | $(VENV)/.dev-installed
+	$(BIN)/python -m pip install --quiet --no-deps -e sdk/python
+	touch $@
+
+# The TypeScript SDK's dev dependencies (typescript, @types/node), exactly as locked.
+# npm ci writes node_modules/.package-lock.json, which serves as the stamp.
+TS_SDK := sdk/typescript
+$(TS_SDK)/node_modules/.package-lock.json: $(TS_SDK)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "the TypeScript SDK needs Node.js >= 20 and npm" >&2; exit 1; }
+	cd $(TS_SDK) && npm ci --no-audit --no-fund
+
 serve: $(VENV)/.runtime-installed
 	$(BIN)/execauth db upgrade
 	$(BIN)/execauth serve --host $(HOST) --port $(PORT)
 
-lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+PY_SOURCES := src tests examples sdk/python/src sdk/python/tests
 
-typecheck: $(VENV)/.dev-installed
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
+
+# The SDK is its own distribution with its own mypy settings, so it is checked from there.
+typecheck: $(VENV)/.dev-installed $(VENV)/.sdk-installed
 	$(BIN)/mypy
+	$(BIN)/mypy examples/agent
+	cd sdk/python && ../../$(BIN)/mypy src tests
 
 # Browser tests (tests/web/test_browser.py) drive Debian's chromium; they skip, visibly,
 # when it cannot be installed. The stamp is only written once chromium is there.
@@ -40,10 +59,21 @@ $(VENV)/.chromium: | $(BIN)/python
 		echo "chromium could not be installed: the browser tests will be skipped"
 	@if command -v chromium >/dev/null 2>&1; then touch $@; fi
 
-pytest: $(VENV)/.dev-installed $(VENV)/.chromium
+pytest: $(VENV)/.dev-installed $(VENV)/.sdk-installed $(VENV)/.chromium
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# Both SDKs against a live server: the Python tests start `execauth serve` themselves;
+# scripts/test-live.sh starts one, provisions a tenant and runs `npm test` (whose pretest
+# builds dist/ with tsc) with EXECAUTH_TEST_URL set.
+sdk-test-python: $(VENV)/.dev-installed $(VENV)/.sdk-installed
+	cd sdk/python && ../../$(BIN)/pytest
+
+sdk-test-typescript: $(VENV)/.runtime-installed $(TS_SDK)/node_modules/.package-lock.json
+	$(TS_SDK)/scripts/test-live.sh
+
+sdk-test: sdk-test-python sdk-test-typescript
+
+test: lint typecheck pytest sdk-test
 
 # Load and micro benchmarks (bench/run.py; docs/performance.md). Not part of `make test`.
 # `make bench` runs execauth, the plain-Starlette baseline and Cerbos under wrk for 20 s
@@ -66,4 +96,4 @@ lock: $(VENV)/.dev-installed
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements/dev.lock
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(TS_SDK)/node_modules $(TS_SDK)/dist
