@@ -192,10 +192,12 @@ def unmet_expectations(
     surface: str | None = None,
     actor: str | None = None,
     request_digest: str | None = None,
+    decision: str | None = None,
 ) -> list[str]:
     """What differs between an (authentic) receipt and the request it is meant to authorize."""
     problems = []
     for field, expected in (
+        ("decision", decision),
         ("surface", surface),
         ("actor", actor),
         ("request_digest", request_digest),

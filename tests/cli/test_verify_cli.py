@@ -125,6 +125,29 @@ def test_matching_expectations_pass(files: dict[str, Path]) -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_an_authentic_deny_fails_as_a_gate_for_its_own_request(files: dict[str, Path]) -> None:
+    result = run(
+        str(files["deny"]), "--keys", str(files["keys"]),
+        "--expect-surface", "deploy.production", "--expect-actor", "release-bot",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "decision is 'DENY', expected 'PERMIT'" in result.output
+
+
+def test_expect_decision_names_the_decision_a_gate_accepts(files: dict[str, Path]) -> None:
+    result = run(
+        str(files["deny"]), "--keys", str(files["keys"]),
+        "--expect-surface", "deploy.production", "--expect-decision", "DENY",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+def test_expect_decision_alone_fails_on_another_decision(files: dict[str, Path]) -> None:
+    result = run(str(files["permit"]), "--keys", str(files["keys"]), "--expect-decision", "DENY")
+    assert result.exit_code == 1
+    assert "MISMATCH" in result.output
+
+
 def test_unknown_key_exits_1(files: dict[str, Path], tmp_path: Path) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"keys": [], "issuer": "https://execauth.test"}))

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,12 @@ from execauth.cli.console_client import DEFAULT_URL
 from execauth.verify import KeyListError, parse_key_list, unmet_expectations, verify_receipt
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class Decision(StrEnum):
+    PERMIT = "PERMIT"
+    DENY = "DENY"
+    SILENCE = "SILENCE"
 
 
 def _load_json(source: str, what: str) -> Any:
@@ -53,6 +60,13 @@ def verify(
     expect_request_digest: Annotated[
         str | None, typer.Option(help="Fail unless request_digest is this (sha256:…).")
     ] = None,
+    expect_decision: Annotated[
+        Decision | None,
+        typer.Option(
+            help="Fail unless the decision is this. Defaults to PERMIT when any other "
+            "--expect-* is given: a receipt used as a gate must authorize the work."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
 ) -> None:
     """Verify a receipt's signature, key epoch and revocation; report an expired PERMIT.
@@ -60,6 +74,9 @@ def verify(
     Exit 0 when the receipt is authentic, matches every --expect-* and (for a PERMIT) is
     unexpired; 1 when it is not; 2 on a usage error.
     """
+    gating = any(v is not None for v in (expect_surface, expect_actor, expect_request_digest))
+    # Checking "is this the receipt for my deploy?" must not pass on an authentic DENY.
+    wanted_decision = expect_decision.value if expect_decision else "PERMIT" if gating else None
     receipt = _load_json(receipt_file, "receipt")
     source = keys or os.environ.get("EXECAUTH_URL", DEFAULT_URL).rstrip("/") + (
         "/.well-known/service-keys.json"
@@ -77,6 +94,7 @@ def verify(
             surface=expect_surface,
             actor=expect_actor,
             request_digest=expect_request_digest,
+            decision=wanted_decision,
         )
         if verdict.authentic
         else []
