@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -181,3 +184,61 @@ class TestWithRedis:
 
     async def test_the_instance_is_ready_with_redis_up(self, client: httpx.AsyncClient) -> None:
         assert (await client.get("/readyz")).status_code == 200
+
+
+class RedisProxy:
+    """A TCP relay in front of the real Redis that can be cut and restored: an outage."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self._target = target
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Stop listening and drop every open connection, as a dead Redis host would."""
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        self._writers.update((writer, upstream_writer))
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+
+@needs_redis
+async def test_redis_lost_after_startup_is_503_and_recovers_when_it_returns() -> None:
+    assert REDIS_URL is not None
+    target = urlsplit(REDIS_URL)
+    proxy = RedisProxy((target.hostname or "127.0.0.1", target.port or 6379))
+    await proxy.start()
+    limiter = OrgRateLimiter(
+        f"redis://127.0.0.1:{proxy.port}/0", timeout_seconds=0.5, prefix="execauth-test"
+    )
+    org = new_org_id()
+    try:
+        assert (await limiter.hit(org, 100)).allowed
+        await proxy.cut()
+        with pytest.raises(ServiceUnavailable):
+            await limiter.hit(org, 100)
+        assert not await limiter.healthy()
+        await proxy.start()  # Redis is back, on the same address
+        assert (await limiter.hit(org, 100)).allowed
+    finally:
+        limiter.close()
+        await proxy.cut()
