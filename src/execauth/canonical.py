@@ -54,7 +54,7 @@ def _in_fast_subset(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER
+        return bool(-_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER)
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and max(key) >= _ASTRAL):
