@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from starlette.applications import Starlette
 
 from execauth.api.app import create_app
@@ -78,6 +80,26 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         with engine.begin() as conn:
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
         engine.dispose()
+
+
+@contextmanager
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """A whole new database on the ``EXECAUTH_TEST_POSTGRES_URL`` server; its URL.
+
+    For tests a schema cannot isolate: separate ``execauth serve`` processes, or a
+    database made to refuse connections. Dropped afterwards, connected or not.
+    """
+    assert POSTGRES_URL, "callers skip first when EXECAUTH_TEST_POSTGRES_URL is unset"
+    name = prefix + secrets.token_hex(4)
+    server = create_engine(normalize_url(POSTGRES_URL), isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with server.connect() as conn:
+            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        server.dispose()
 
 
 @pytest.fixture

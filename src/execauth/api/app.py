@@ -8,12 +8,18 @@ from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import anyio.to_thread
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute
 
 from execauth.api.console import console_routes
-from execauth.api.errors import handle_execauth_error, handle_http_exception, handle_unexpected
+from execauth.api.errors import (
+    handle_database_error,
+    handle_execauth_error,
+    handle_http_exception,
+    handle_unexpected,
+)
 from execauth.api.gateway import gateway_routes
 from execauth.api.ledger_routes import ledger_routes
 from execauth.api.operator import operator_routes
@@ -69,6 +75,7 @@ def create_app(
         exception_handlers={
             ExecauthError: handle_execauth_error,
             HTTPException: handle_http_exception,
+            SQLAlchemyError: handle_database_error,
             Exception: handle_unexpected,
         },
     )

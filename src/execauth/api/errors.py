@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,6 +21,7 @@ from execauth.errors import (
     NotFound,
     ServiceUnavailable,
 )
+from execauth.store.database import is_unavailable
 
 log = logging.getLogger("execauth.api")
 
@@ -58,6 +60,22 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
         error = ExecauthError(str(exc.detail))
         error.status = exc.status_code
     return render_error(request, error)
+
+
+async def handle_database_error(request: Request, exc: Exception) -> Response:
+    """A database that cannot be reached or written is 503 (retry later), not a 500.
+
+    Anything else the database raises (a missing table, bad SQL) is a bug: re-raised
+    to ``handle_unexpected`` (500, logged with its traceback).
+    """
+    assert isinstance(exc, SQLAlchemyError)
+    if not is_unavailable(exc):
+        raise exc
+    # The driver's message only: SQLAlchemy's own text carries the statement's parameters.
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    reason = str(cause).partition("\n")[0]
+    log.warning("request %s: the database is unavailable: %s", request_id(request), reason)
+    return render_error(request, ServiceUnavailable("the database is unavailable; retry later"))
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> Response:

@@ -9,6 +9,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -57,3 +59,25 @@ def upgrade(engine: Engine) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+def is_unavailable(error: SQLAlchemyError) -> bool:
+    """Whether ``error`` means the database cannot be reached or written right now.
+
+    Connection refused or lost, disk full, locked, read-only, I/O error, pool
+    exhausted: the service is unavailable (503, retry later). A missing table or bad
+    SQL is a bug and stays a 500. SQLite reports both kinds as ``OperationalError``;
+    only its generic ``SQLITE_ERROR`` code is the bug kind.
+    """
+    if isinstance(error, PoolTimeout):
+        return True
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    if not isinstance(error, OperationalError):
+        return False
+    original = error.orig
+    if isinstance(original, sqlite3.Error):
+        return original.sqlite_errorcode & 0xFF != sqlite3.SQLITE_ERROR
+    return True
