@@ -209,3 +209,15 @@ log_checkpoints = Table(
     Column("note", Text, nullable=False),  # C2SP signed note (tlog-checkpoint)
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+# Live console sessions (migration 0005): the cookie carries a random session id, this
+# row its SHA-256. A session is bound to the secret that signed in (its api_keys hash).
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("session_hash", String(64), primary_key=True),
+    Column("key_id", String(64), ForeignKey("api_keys.key_id"), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+)
