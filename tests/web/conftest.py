@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from tests.operator.conftest import Operators, make_operators
 
@@ -58,3 +60,24 @@ async def console(client: httpx.AsyncClient, ops: Operators) -> Console:
     signed_in = await sign_in(client, secret_of(ops.admin))
     assert signed_in.status_code == 303, signed_in.text
     return Console(client, ops)
+
+
+class Clock:
+    """The app's clock, moved by the test, so grace periods and sessions end without sleeping."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Stop the clock of ``client``'s app at the present; the test moves ``clock.now``."""
+    app = client._transport.app  # type: ignore[attr-defined]
+    assert isinstance(app, Starlette)
+    service = app.state.service
+    frozen = Clock(service.clock())
+    monkeypatch.setattr(service, "clock", frozen)
+    return frozen

@@ -1,14 +1,17 @@
 """Who is using the console: sign-in with an admin or auditor key, then a session per request.
 
-The session cookie only names the key (``session.py``); here every request
-re-reads that key through the control store, so a revoked, expired or
-re-roled key loses its console at once, like it loses the JSON API.
+Signing in opens a server-side session (``store/web_sessions.py``) bound to the
+secret that was presented; the cookie only points at it (``session.py``). Every
+request re-reads the session and looks the key up by that secret's hash, then
+applies the gateway's own test (``KeyMatch.is_usable``): a revoked or expired key,
+a secret rotated out whose grace has ended, or a signed-out session gets no page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -16,16 +19,20 @@ from starlette.responses import RedirectResponse, Response
 
 from execauth.errors import Forbidden, Unauthorized
 from execauth.service import ExecutionService
-from execauth.tenancy.api_keys import ApiKey
+from execauth.store.web_sessions import WebSession, WebSessionStore
+from execauth.tenancy.api_keys import ApiKey, hash_secret
 from execauth.tenancy.audit import key_actor
 from execauth.tenancy.orgs import Org
 from execauth.web.rendering import Renderer
 from execauth.web.session import (
     SESSION_COOKIE,
+    SESSION_LIFETIME,
     SessionCodec,
     check_csrf,
     clear_session_cookie,
+    new_session_id,
     read_form,
+    session_hash,
 )
 
 READERS = ("admin", "auditor")
@@ -35,11 +42,12 @@ LOGIN_PATH = "/console/login"
 
 @dataclass(frozen=True, slots=True)
 class Operator:
-    """The signed-in key, its organization and its session's CSRF token."""
+    """The signed-in key, its organization, its session's CSRF token and the session."""
 
     key: ApiKey
     org: Org
     csrf: str
+    session_hash: str
 
     @property
     def is_admin(self) -> bool:
@@ -58,18 +66,38 @@ class ConsoleAuth:
     def __init__(self, service: ExecutionService, renderer: Renderer) -> None:
         self._service = service
         self._control = service.runtime.control
+        self._secret = service.runtime.secret
+        self._sessions = WebSessionStore(service.runtime.engine)
         self._renderer = renderer
         self.codec = SessionCodec(service.runtime.secret)
 
-    async def sign_in(self, api_key: str) -> tuple[ApiKey, Org]:
-        """The same authentication as the JSON API, then the operator roles only."""
-        principal = await self._service.authenticate("Bearer " + api_key.strip())
-        if principal.api_key.role not in READERS:
+    async def sign_in(self, api_key: str) -> str:
+        """Authenticate as the JSON API does, admit operator roles only, open a session.
+
+        Returns the session cookie's value.
+        """
+        secret = api_key.strip()
+        principal = await self._service.authenticate("Bearer " + secret)
+        key = principal.api_key
+        if key.role not in READERS:
             raise Forbidden(
-                f"a key with role {principal.api_key.role!r} cannot use the console "
+                f"a key with role {key.role!r} cannot use the console "
                 "(needs an admin or auditor key)"
             )
-        return principal.api_key, principal.org
+        now = self._service.clock()
+        expires = now + SESSION_LIFETIME
+        if key.expires_at is not None:
+            expires = min(expires, key.expires_at)
+        session_id = new_session_id()
+        session = WebSession(
+            session_hash(session_id), key.key_id, hash_secret(self._secret, secret), now, expires
+        )
+        await anyio.to_thread.run_sync(self._sessions.open_session, session)
+        return self.codec.issue(session_id, expires)
+
+    async def sign_out(self, operator: Operator) -> None:
+        """End the session server-side: a saved copy of its cookie is worthless from now on."""
+        await anyio.to_thread.run_sync(self._sessions.end_session, operator.session_hash)
 
     async def operator(self, request: Request) -> Operator | None:
         """The session's key, re-checked now; ``None`` when there is no usable session."""
@@ -77,15 +105,29 @@ class ConsoleAuth:
         claims = self.codec.read(request.cookies.get(SESSION_COOKIE), now)
         if claims is None:
             return None
-        key = await anyio.to_thread.run_sync(
-            self._control.get_api_key, claims.org_id, claims.key_id
-        )
-        if key is None or not key.is_usable(now) or key.role not in READERS:
+        hashed = session_hash(claims.session_id)
+        found = await anyio.to_thread.run_sync(self._signed_in, hashed, now)
+        if found is None:
             return None
-        org = await anyio.to_thread.run_sync(self._control.get_org, claims.org_id)
+        key, org = found
+        return Operator(key, org, self.codec.csrf_token(claims.session_id), hashed)
+
+    def _signed_in(self, hashed: str, now: datetime) -> tuple[ApiKey, Org] | None:
+        """The live session's key and org while the secret that opened it is still usable."""
+        session = self._sessions.live_session(hashed, now)
+        if session is None:
+            return None
+        # The gateway's lookup and test: the secret is the key's current one, or the
+        # rotated-out one within its grace, and the key is neither revoked nor expired.
+        match = self._control.api_key_by_secret_hash(session.secret_hash)
+        if match is None or match.key.key_id != session.key_id or not match.is_usable(now):
+            return None
+        if match.key.role not in READERS:
+            return None
+        org = self._control.get_org(match.key.org_id)
         if org is None or org.disabled_at is not None:
             return None
-        return Operator(key, org, claims.csrf)
+        return match.key, org
 
     def page(self, roles: tuple[str, ...] = READERS) -> Callable[[OperatorHandler], Handler]:
         """Guard a console handler: a live session, a role in ``roles``, CSRF on POST."""

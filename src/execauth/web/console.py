@@ -72,10 +72,9 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         form = await read_form(request)
         check_csrf(request.cookies.get(LOGIN_CSRF_COOKIE), form)
         try:
-            key, org = await auth.sign_in(form.get("api_key", ""))
+            session = await auth.sign_in(form.get("api_key", ""))
         except ExecauthError as exc:
             return _login_page(request, exc.message, exc.status)
-        session = auth.codec.issue(key.key_id, org.org_id, service.clock(), key.expires_at)
         response = RedirectResponse("/console/executions", 303)
         set_session_cookie(response, request, session)
         response.delete_cookie(LOGIN_CSRF_COOKIE, path="/console/")
@@ -83,6 +82,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
 
     @auth.page()
     async def logout(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+        await auth.sign_out(operator)
         response = RedirectResponse(LOGIN_PATH, 303)
         clear_session_cookie(response, request)
         return response

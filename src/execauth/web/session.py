@@ -1,15 +1,17 @@
-"""Console sessions: a signed cookie that names a key, never holds its secret.
+"""Console sessions: a signed cookie that carries a random session id, never the key.
 
-The cookie carries ``{key_id, org_id, expiry, csrf secret}`` and an HMAC-SHA256
-tag under a key derived from the server secret (purpose ``web-session-v1``), so
-it cannot be forged or altered. It is only a pointer: every request re-reads
-the key through the control store and refuses it once revoked, expired or no
-longer an admin/auditor key. It is HttpOnly and SameSite=Strict, and Secure
-when the request came over TLS.
+The cookie carries ``{session id, expiry}`` and an HMAC-SHA256 tag under a key
+derived from the server secret (purpose ``web-session-v2``), so it cannot be
+forged or altered. It is only a pointer to a row of ``web_sessions`` (found by the
+id's SHA-256), which names the key and the secret that signed in; ``auth.py``
+re-checks both on every request, and sign-out deletes the row. It is HttpOnly and
+SameSite=Strict, and Secure when the request came over TLS.
 
-CSRF: each session has its own random secret; every form carries it and every
-POST must echo it (``check_csrf``). The sign-in form, which has no session yet,
-uses a double-submit cookie instead.
+CSRF: a session's token is an HMAC of its session id (purpose ``web-csrf-v1``), so
+it is bound to that session: a new session, even in the same browser, has a new
+token and the old one is refused. Every form carries it and every POST must echo
+it (``check_csrf``). The sign-in form, which has no session yet, uses a
+double-submit cookie instead.
 """
 
 from __future__ import annotations
@@ -32,17 +34,26 @@ from execauth.server_secret import ServerSecret
 
 SESSION_COOKIE = "execauth_console"
 LOGIN_CSRF_COOKIE = "execauth_login_csrf"
-SESSION_PURPOSE = "web-session-v1"
+SESSION_PURPOSE = "web-session-v2"  # v1 cookies (stateless) are void
+CSRF_PURPOSE = "web-csrf-v1"
 SESSION_LIFETIME = timedelta(hours=8)
 CSRF_FIELD = "csrf_token"
 MAX_FORM_BYTES = 256 * 1024  # a policy draft is the largest form
 
 
 class SessionClaims(msgspec.Struct, frozen=True):
-    key_id: str
-    org_id: str
+    session_id: str
     expires: int  # unix seconds
-    csrf: str
+
+
+def new_session_id() -> str:
+    """128 bits from the CSRNG; only its SHA-256 is stored (``session_hash``)."""
+    return secrets.token_urlsafe(16)
+
+
+def session_hash(session_id: str) -> str:
+    """What the database keeps of a session id: reading the table yields no cookie."""
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +63,9 @@ class SessionCodec:
     def _tag(self, payload: bytes) -> bytes:
         return hmac.new(self.secret.derive(SESSION_PURPOSE), payload, hashlib.sha256).digest()
 
-    def issue(self, key_id: str, org_id: str, now: datetime, key_expiry: datetime | None) -> str:
-        """A new session (and with it a new CSRF secret) for ``key_id``."""
-        expires = now + SESSION_LIFETIME
-        if key_expiry is not None:
-            expires = min(expires, key_expiry)
-        claims = SessionClaims(key_id, org_id, int(expires.timestamp()), secrets.token_hex(16))
-        payload = msgspec.json.encode(claims)
+    def issue(self, session_id: str, expires: datetime) -> str:
+        """The cookie value for ``session_id``, valid until ``expires`` at most."""
+        payload = msgspec.json.encode(SessionClaims(session_id, int(expires.timestamp())))
         return _b64(payload) + "." + _b64(self._tag(payload))
 
     def read(self, cookie: str | None, now: datetime) -> SessionClaims | None:
@@ -77,6 +84,11 @@ class SessionCodec:
         except msgspec.DecodeError:
             return None
         return claims if now.timestamp() < claims.expires else None
+
+    def csrf_token(self, session_id: str) -> str:
+        """The session's CSRF token: derived from its id, so it dies with the session."""
+        key = self.secret.derive(CSRF_PURPOSE)
+        return hmac.new(key, session_id.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def set_session_cookie(response: Response, request: Request, value: str) -> None:
