@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import DEPLOY_POLICY
+
 EXECAUTH = str(Path(sys.executable).parent / "execauth")
 
 
@@ -37,11 +39,13 @@ def ready(url: str) -> bool:
         return False
 
 
-@contextmanager
-def running_service(
+def spawn_service(
     env: Mapping[str, str], workdir: Path, port: int, *, log_name: str = "serve.log"
-) -> Iterator[str]:
-    """``execauth serve --port PORT`` until the block ends; yields its URL once ready."""
+) -> subprocess.Popen[bytes]:
+    """Start ``execauth serve --port PORT``; return the process once ``/readyz`` answers 200.
+
+    Stopping it is the caller's job (``running_service`` terminates it; a crash test kills it).
+    """
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / log_name
     with log_path.open("w") as log:
@@ -49,13 +53,50 @@ def running_service(
             [EXECAUTH, "serve", "--port", str(port)], env=dict(env), cwd=workdir, stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 30
-            while not ready(url):
-                if time.monotonic() > deadline or process.poll() is not None:
-                    pytest.fail("execauth serve did not become ready:\n" + log_path.read_text())
-                time.sleep(0.2)
-            yield url
-        finally:
-            process.terminate()
+    deadline = time.monotonic() + 30
+    while not ready(url):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
             process.wait(timeout=20)
+            pytest.fail("execauth serve did not become ready:\n" + log_path.read_text())
+        time.sleep(0.2)
+    return process
+
+
+@contextmanager
+def running_service(
+    env: Mapping[str, str], workdir: Path, port: int, *, log_name: str = "serve.log"
+) -> Iterator[str]:
+    """``execauth serve --port PORT`` until the block ends; yields its URL once ready."""
+    process = spawn_service(env, workdir, port, log_name=log_name)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def run_cli(env: Mapping[str, str], workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``execauth ARGS…`` in ``workdir``; its exit code and output, never raising on failure."""
+    return subprocess.run(
+        [EXECAUTH, *args], env=dict(env), cwd=workdir, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+def provision_org(url: str, admin_token: str, *, plan: str = "free") -> tuple[str, str, str]:
+    """(org_id, key_id, secret): a new org on ``plan`` with the deploy policy and an execute key.
+
+    Made through the console API, as an administrator would.
+    """
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    org = httpx.post(f"{url}/console/v1/orgs", json={"name": "Acme", "plan": plan}, headers=admin)
+    assert org.status_code == 201, org.text
+    org_id = org.json()["org_id"]
+    key = httpx.post(f"{url}/console/v1/orgs/{org_id}/keys", json={"name": "ci"}, headers=admin)
+    assert key.status_code == 201, key.text
+    published = httpx.put(
+        f"{url}/console/v1/orgs/{org_id}/policies/deploys", content=DEPLOY_POLICY, headers=admin
+    )
+    assert published.status_code == 201, published.text
+    return org_id, key.json()["key_id"], key.json()["api_key"]

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import DEPLOY_POLICY
-from tests.serving import EXECAUTH, clean_env, free_port, running_service
+from tests.serving import clean_env, free_port, provision_org, run_cli, running_service
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +30,7 @@ class Server:
     workdir: Path
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [EXECAUTH, *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
-            timeout=60, check=False,
-        )  # fmt: skip
+        return run_cli(self.env, self.workdir, *args)
 
 
 @pytest.fixture(scope="module")
@@ -60,20 +56,7 @@ def api_key(server: Server) -> str:
 
 def new_org_key(server: Server) -> str:
     """A new organization with the deploy policy; its execute key's secret."""
-    admin = {"Authorization": f"Bearer {server.admin_token}"}
-    org = httpx.post(server.url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin)
-    org_id = org.json()["org_id"]
-    key = httpx.post(
-        f"{server.url}/console/v1/orgs/{org_id}/keys", json={"name": "ci"}, headers=admin
-    )
-    policy = httpx.put(
-        f"{server.url}/console/v1/orgs/{org_id}/policies/deploys",
-        content=DEPLOY_POLICY,
-        headers=admin,
-    )
-    assert policy.status_code == 201
-    secret: str = key.json()["api_key"]
-    return secret
+    return provision_org(server.url, server.admin_token)[2]
 
 
 def decide(server: Server, api_key: str, body: Mapping[str, object]) -> dict[str, object]:
@@ -205,10 +188,9 @@ def test_an_exported_bundle_verifies_offline_and_against_a_trusted_checkpoint(
     (server.workdir / "trusted.json").write_text(trusted.text)
     test_a_receipt_is_sequenced_into_its_log_within_seconds(server, api_key)
     env_with_token = {**server.env, "EXECAUTH_ADMIN_TOKEN": server.admin_token}
-    exported = subprocess.run(
-        [EXECAUTH, "export", "--org", org_id, "-o", "bundle.json"], env=env_with_token,
-        cwd=server.workdir, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    exported = run_cli(
+        env_with_token, server.workdir, "export", "--org", org_id, "-o", "bundle.json"
+    )
     assert exported.returncode == 0, exported.stderr
     audited = server.cli("audit", "verify", "bundle.json", "--trusted-checkpoint", "trusted.json")
     assert audited.returncode == 0, audited.stdout + audited.stderr

@@ -19,11 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from execauth.store.database import normalize_url
-from tests.conftest import DEPLOY_POLICY, POSTGRES_URL, REDIS_URL
-from tests.serving import clean_env, free_port, running_service
+from tests.conftest import POSTGRES_URL, REDIS_URL, fresh_postgres_database
+from tests.serving import clean_env, free_port, provision_org, running_service
 
 pytestmark = pytest.mark.e2e
 
@@ -51,16 +50,8 @@ def database_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this module, dropped afterwards."""
     if not POSTGRES_URL:
         pytest.skip("two-instance tests need EXECAUTH_TEST_POSTGRES_URL (set by .ci/run)")
-    name = "execauth_e2e_" + secrets.token_hex(4)
-    server = create_engine(normalize_url(POSTGRES_URL), isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with server.connect() as conn:
-            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-        server.dispose()
+    with fresh_postgres_database("execauth_e2e_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -85,21 +76,7 @@ def pair(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def make_org(pair: Pair, plan: str = "free") -> tuple[str, str, str]:
     """(org_id, key_id, secret) of a new org with the deploy policy, made on instance A."""
-    base = pair.urls[0]
-    org = httpx.post(
-        f"{base}/console/v1/orgs", json={"name": "Acme", "plan": plan}, headers=pair.admin
-    )
-    org_id = org.json()["org_id"]
-    key = httpx.post(
-        f"{base}/console/v1/orgs/{org_id}/keys", json={"name": "ci"}, headers=pair.admin
-    )
-    published = httpx.put(
-        f"{base}/console/v1/orgs/{org_id}/policies/deploys",
-        content=DEPLOY_POLICY,
-        headers=pair.admin,
-    )
-    assert published.status_code == 201, published.text
-    return org_id, key.json()["key_id"], key.json()["api_key"]
+    return provision_org(pair.urls[0], ADMIN_TOKEN, plan=plan)
 
 
 async def spread(
