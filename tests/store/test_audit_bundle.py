@@ -86,6 +86,16 @@ async def test_a_bundle_is_consistent_with_an_earlier_trusted_checkpoint(
     assert any("consistent with the trusted checkpoint at size 3" in n for n in report.notes)
 
 
+async def test_a_log_rolled_back_behind_the_trusted_checkpoint_fails(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    # A database restored from a backup taken at size 3, after an auditor saw size 5.
+    restored = await exported(client, tenant, 3)
+    seen = await exported(client, tenant, 2)
+    report = verify_bundle(restored, now=NOW, trusted_checkpoint=seen["checkpoint"])
+    assert any(f.startswith("ROLLED BACK") for f in report.failures), report.failures
+
+
 async def test_a_forked_history_is_caught_by_the_trusted_checkpoint(
     client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
 ) -> None:
@@ -134,3 +144,16 @@ async def test_audit_verify_exits_0_1_2(
     assert failed.exit_code == 1
     assert "INVALID" in failed.output
     assert runner.invoke(cli, ["audit", "verify", str(junk)]).exit_code == 2
+
+
+async def test_audit_verify_takes_a_saved_note_with_an_extra_final_newline(
+    client: httpx.AsyncClient, tenant: Tenant, tmp_path: Path
+) -> None:
+    bundle = await exported(client, tenant, 2)
+    bundle_file, saved = tmp_path / "bundle.json", tmp_path / "saved.checkpoint"
+    bundle_file.write_text(json.dumps(bundle))
+    saved.write_text(bundle["checkpoint"] + "\n")  # as `sqlite3 … > saved.checkpoint` writes it
+    result = CliRunner().invoke(
+        cli, ["audit", "verify", str(bundle_file), "--trusted-checkpoint", str(saved)]
+    )
+    assert result.exit_code == 0, result.output

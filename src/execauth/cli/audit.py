@@ -98,4 +98,6 @@ def _checkpoint_text(text: str) -> str:
         if not isinstance(value, str):
             raise ValueError("the JSON has no 'checkpoint' field")
         return value
-    return text
+    # A note saved by a shell (`sqlite3 … > file`) or an editor gains a final newline;
+    # the signatures cover only the text before the blank line, so dropping it is safe.
+    return text.rstrip("\n") + "\n"

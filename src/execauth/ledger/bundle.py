@@ -89,9 +89,12 @@ def verify_bundle(
         trusted = _checkpoint(trusted_checkpoint, origin, public_keys, report, "trusted")
         if trusted is not None:
             if trusted.tree_size > checkpoint.tree_size:
+                # A log never shrinks: either this export predates the trusted checkpoint,
+                # or the log was rolled back (a database restored from an older backup).
                 report.failures.append(
-                    f"the trusted checkpoint ({trusted.tree_size}) is newer than the bundle's "
-                    f"({checkpoint.tree_size}); export again"
+                    f"ROLLED BACK: the bundle's log has {checkpoint.tree_size} entries, the "
+                    f"trusted checkpoint {trusted.tree_size}; unless this bundle was exported "
+                    "before that checkpoint, the log lost entries (e.g. a restored backup)"
                 )
             elif merkle_root(leaves[: trusted.tree_size]) != trusted.root_hash:
                 report.failures.append(
