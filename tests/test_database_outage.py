@@ -127,10 +127,6 @@ async def test_execute_answers_again_once_postgres_accepts_connections(
     assert response.json()["decision"] == "PERMIT"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/writer.py reuses a connection PostgreSQL dropped while idle: first write is 503",
-)
 async def test_the_first_receipt_after_postgres_dropped_idle_connections_is_stored(
     client: httpx.AsyncClient, outage: Outage
 ) -> None:

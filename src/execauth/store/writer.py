@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from execauth.errors import ServiceUnavailable
 from execauth.store.executions import (
@@ -155,10 +156,16 @@ class ReceiptWriter:
             # Rolled back whole; the next round does the same work again.
             log.exception("background job on the writer failed")
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[_Pending], *, reconnected: bool = False) -> None:
         try:
             results = self._insert(batch)
-        except Exception:
+        except Exception as exc:
+            if not reconnected and isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                # The server dropped our idle connection (restart, failover, timeout): one
+                # more try on a fresh connection rather than 503 from a database that is up.
+                # Safe even if the lost connection had committed: the ids are unique.
+                self._commit(batch, reconnected=True)
+                return
             if len(batch) == 1:
                 log.exception("receipt write failed")
                 _settle(batch[0], None, ServiceUnavailable("the receipt could not be stored"))
