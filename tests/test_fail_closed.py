@@ -129,8 +129,10 @@ async def test_credential_store_failure_is_500_not_anonymous_access(
     lenient_client: httpx.AsyncClient, runtime: Runtime
 ) -> None:
     tenant = await make_tenant(lenient_client)
+    # PostgreSQL refuses to drop a table others reference (console sessions) without CASCADE.
+    cascade = " CASCADE" if runtime.engine.dialect.name == "postgresql" else ""
     with runtime.engine.begin() as conn:
-        conn.execute(text("DROP TABLE api_keys"))
+        conn.execute(text("DROP TABLE api_keys" + cascade))
     response = await lenient_client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
     assert_no_decision(response, 500, "internal_error")
 
