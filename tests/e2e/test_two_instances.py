@@ -129,10 +129,15 @@ def test_revocation_on_one_instance_reaches_the_other_within_a_second(pair: Pair
         f"{pair.urls[0]}/console/v1/orgs/{org_id}/keys/{key_id}", headers=pair.admin
     )
     assert revoked.status_code == 204
-    started = time.monotonic()
-    while httpx.post(pair.urls[1] + "/v1/execute", json=PERMIT, headers=auth).status_code != 401:
-        assert time.monotonic() - started < 1.5, "instance B still accepts a revoked key"
-        time.sleep(0.05)
+    revoked_at = time.monotonic()
+    while True:
+        sent_after = time.monotonic() - revoked_at
+        status = httpx.post(pair.urls[1] + "/v1/execute", json=PERMIT, headers=auth).status_code
+        if status == 401:
+            break
+        # DESIGN.md §3: no request sent a second or more after the revocation is accepted.
+        assert sent_after < 1.0, f"instance B accepted a key revoked {sent_after:.2f} s ago"
+        time.sleep(0.02)
 
 
 @pytest.mark.anyio
