@@ -36,6 +36,7 @@ from execauth.ledger.merkle import (
     verify_consistency,
     verify_inclusion,
 )
+from tests.store.test_ledger import root_from_inclusion, roots_from_consistency
 
 h = bytes.fromhex
 
@@ -578,3 +579,40 @@ def test_consistency_proof_with_a_mismatched_root_or_flipped_byte_fails(
         bad = flip_at(path, i, byte)
         with pytest.raises(RootMismatchError):
             verify_consistency(first, size, r1, r2, bad)
+
+
+# --- every size 1..300, exhaustively ------------------------------------------------------
+# Proofs checked by the independent RFC 9162 verifiers of tests/store/test_ledger.py
+# against roots from ref_mth. Trees of every size are prefixes of one list of leaves, so
+# each reference root is computed once.
+EXHAUSTIVE = 300
+_ALL_LEAVES = make_leaves(EXHAUSTIVE, salt=9162)
+_REF_ROOTS = [ref_mth(_ALL_LEAVES[:size]) for size in range(EXHAUSTIVE + 1)]
+
+
+def test_every_inclusion_proof_of_every_size_up_to_300_proves_the_reference_root() -> None:
+    source = subtree_roots(_ALL_LEAVES)
+    wrong = [
+        (index, size)
+        for size in range(1, EXHAUSTIVE + 1)
+        for index in range(size)
+        if root_from_inclusion(
+            index, size, _ALL_LEAVES[index], inclusion_proof(index, size, source)
+        )
+        != _REF_ROOTS[size]
+    ]
+    assert wrong == []
+
+
+def test_every_consistency_proof_of_every_size_up_to_300_links_the_reference_roots() -> None:
+    source = subtree_roots(_ALL_LEAVES)
+    wrong = [
+        (first, second)
+        for second in range(2, EXHAUSTIVE + 1)
+        for first in range(1, second)
+        if roots_from_consistency(
+            first, second, _REF_ROOTS[first], consistency_proof(first, second, source)
+        )
+        != (_REF_ROOTS[first], _REF_ROOTS[second])
+    ]
+    assert wrong == []
