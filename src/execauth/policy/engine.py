@@ -21,12 +21,11 @@ from execauth.errors import PolicyInvalid, PolicyProblem
 from execauth.policy.cost import (
     MAX_EVALUATION_COST,
     MAX_EXPRESSION_LENGTH,
-    ExpressionShape,
+    ExpressionCost,
     InputSize,
-    estimated_cost,
+    analyse,
     measure_input,
     publish_problems,
-    scan_expression,
 )
 from execauth.policy.decision import (
     DEFAULT_PERMIT_TTL_SECONDS,
@@ -62,7 +61,7 @@ class CompiledRule:
     reason: str | None
     message: str | None
     ttl_seconds: int | None
-    shape: ExpressionShape
+    cost: ExpressionCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +84,8 @@ def compile_policy(
 
     ``publishing=False`` (loading a version stored before a limit existed) skips the
     publish-time limits of ``policy.cost`` — size, nesting, time-zone calls — so an
-    older version keeps working; the evaluation cost limit still bounds every rule.
+    older version keeps working; the evaluation cost limit still bounds every rule (a
+    rule whose cost cannot be bounded is SILENCE at every evaluation).
     """
     problems: list[PolicyProblem] = []
     blocks = []
@@ -108,15 +108,15 @@ def compile_policy(
             if unknown:
                 refuse(f"unknown function(s) {', '.join(unknown)} (see docs/policy-language.md)")
                 continue
-            shape = scan_expression(rule.condition)
-            if publishing and (limits := publish_problems(rule.condition, shape)):
+            cost = analyse(rule.condition)
+            if publishing and (limits := publish_problems(rule.condition, cost)):
                 for reason in limits:
                     refuse(reason)
                 continue
             rules.append(
                 CompiledRule(
                     rule.id, rule.effect, rule.condition, program, rule.reason, rule.message,
-                    rule.ttl_seconds, shape,
+                    rule.ttl_seconds, cost,
                 )
             )  # fmt: skip
         blocks.append(
@@ -214,7 +214,7 @@ class Trace:
     requires: tuple[RequireCheck, ...]
     rules: tuple[RuleResult, ...]
     row: str  # which row of DESIGN.md §5's decision table applied
-    input_size: InputSize | None  # None when no rule needed a cost estimate
+    input_size: InputSize | None  # None when no rule ran (a require path was missing)
 
 
 def evaluate(
@@ -246,8 +246,8 @@ def trace(
         )
         return Trace(block, decision, requires, (), "the request cannot be evaluated", None)
 
-    # Measured once per request, and only when some rule has comprehensions to bound.
-    size = measure_input([request, org]) if any(r.shape.depth for r in block.rules) else None
+    # Measured once per request, for every rule's cost bound (the activation's variables).
+    size = measure_input({**request, "org": org})
     results: list[RuleResult] = []
     for rule in block.rules:
         value = _run(rule, activation, size)
@@ -264,17 +264,18 @@ def trace(
     )
 
 
-def _run(rule: CompiledRule, activation: cel.Context, size: InputSize | None) -> bool | str:
+def _run(rule: CompiledRule, activation: cel.Context, size: InputSize) -> bool | str:
     """The rule's boolean value, or the message of the SILENCE it causes."""
-    if size is not None and rule.shape.depth:
-        cost = estimated_cost(rule.shape, size)
-        if cost > MAX_EVALUATION_COST:
-            # Refused before it starts: the evaluator holds the GIL and cannot be interrupted.
-            return (
-                f"rule {rule.id} exceeds the evaluation cost limit: estimated {cost:,} steps "
-                f"> {MAX_EVALUATION_COST:,} (collections of up to {size.largest} elements "
-                f"inside {rule.shape.depth}-deep comprehensions)"
-            )
+    if rule.cost.unreadable is not None:
+        return f"rule {rule.id} cannot be bounded in cost: {rule.cost.unreadable}"
+    if not rule.cost.within_limit(size):
+        steps = rule.cost.steps(size)
+        # Refused before it starts: the evaluator holds the GIL and cannot be interrupted.
+        return (
+            f"rule {rule.id} exceeds the evaluation cost limit: estimated {steps:,.0f} steps "
+            f"> {MAX_EVALUATION_COST:,} for this request (its largest list or map has "
+            f"{size.largest} elements, its longest string {size.chars} characters)"
+        )
     try:
         result = rule.program.execute(activation)
     except Exception as exc:  # noqa: BLE001 - CEL raises KeyError, TypeError, RuntimeError…
