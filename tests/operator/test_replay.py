@@ -115,12 +115,32 @@ async def test_impact_analysis_shows_the_transition_matrix_with_samples(
         )
     ).json()
     assert report["evaluated"] == 3
-    assert report["changed"] == 2  # PERMIT→DENY, DENY(wrong-branch)→DENY(freeze)
+    assert report["changed"] == 1  # PERMIT→DENY
     assert report["matrix"]["PERMIT"]["DENY"] == 1
     assert report["matrix"]["SILENCE"]["SILENCE"] == 1
-    (to_deny,) = [t for t in report["transitions"] if t["from"] == "PERMIT"]
+    (to_deny,) = report["transitions"]
+    assert (to_deny["from"], to_deny["to"], to_deny["count"]) == ("PERMIT", "DENY", 1)
     assert to_deny["samples"][0]["execution_id"] == permitted["execution_id"]
     assert to_deny["samples"][0]["after"]["rule_id"] == "freeze"
+
+
+async def test_impact_analysis_reports_a_rule_change_apart_from_decision_changes(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    denied = await execute(client, ops, DENY)  # wrong-branch under v1, freeze under the draft
+    report = (
+        await client.post(
+            "/operator/replay",
+            json={"policy": STRICTER, "policy_id": "deploys"},
+            headers=ops.auditor,
+        )
+    ).json()
+    assert (report["changed"], report["rule_changed"], report["transitions"]) == (0, 1, [])
+    (change,) = report["rule_changes"]
+    assert (change["decision"], change["count"]) == ("DENY", 1)
+    assert change["samples"][0]["execution_id"] == denied["execution_id"]
+    assert change["samples"][0]["before"]["reason"] == "SERVICE_POLICY_WRONG_BRANCH"
+    assert change["samples"][0]["after"]["reason"] == "SERVICE_POLICY_CHANGE_FREEZE"
 
 
 async def test_impact_analysis_does_not_publish_the_draft(

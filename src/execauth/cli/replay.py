@@ -55,7 +55,10 @@ def replay(
 
 
 def _print_impact(answer: dict[str, Any]) -> None:
-    typer.echo(f"evaluated {answer['evaluated']}, would change {answer['changed']}")
+    typer.echo(
+        f"evaluated {answer['evaluated']}, decision would change for {answer['changed']}, "
+        f"same decision by another rule or reason for {answer['rule_changed']}"
+    )
     outcomes = list(answer["matrix"])
     print_table(
         ["recorded", *outcomes],
@@ -63,9 +66,18 @@ def _print_impact(answer: dict[str, Any]) -> None:
         title="recorded decision (rows) → decision under the draft (columns)",
     )
     for transition in answer["transitions"]:
+        typer.echo(f"{transition['from']} → {transition['to']}: {transition['count']}")
         for sample in transition["samples"]:
-            typer.echo(
-                f"  {transition['from']} → {transition['to']}: {sample['execution_id']} "
-                f"({sample['surface']}; rule {sample['before']['rule_id']} → "
-                f"{sample['after']['rule_id']})"
-            )
+            typer.echo(f"  {_describe(sample)}")
+    for change in answer["rule_changes"]:
+        typer.echo(f"{change['decision']}, another rule or reason: {change['count']}")
+        for sample in change["samples"]:
+            typer.echo(f"  {_describe(sample)}")
+
+
+def _describe(sample: dict[str, Any]) -> str:
+    before, after = sample["before"], sample["after"]
+    return (
+        f"{sample['execution_id']} ({sample['surface']}; rule {before['rule_id']} → "
+        f"{after['rule_id']}, reason {before['reason']} → {after['reason']})"
+    )

@@ -101,12 +101,19 @@ def replay(policy: CompiledPolicy, execution: RecordedExecution) -> Outcome:
 
 @dataclass
 class ImpactReport:
-    """How decisions over a set of executions change from recorded to re-evaluated."""
+    """How decisions over a set of executions change from recorded to re-evaluated.
+
+    ``changed`` counts decisions that change (PERMIT→DENY, …): what publishing would do
+    to callers. A decision that stays the same but for another rule or reason is counted
+    apart, in ``rule_changed``, with samples of its own.
+    """
 
     evaluated: int = 0
     changed: int = 0
     matrix: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rule_changes: Counter[str] = field(default_factory=Counter)  # by (unchanged) decision
     samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    rule_samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, execution: RecordedExecution, after: Outcome) -> None:
         before = recorded_outcome(execution)
@@ -114,23 +121,21 @@ class ImpactReport:
         self.matrix[(before.decision, after.decision)] += 1
         if before == after:
             return
-        self.changed += 1
-        cell = self.samples.setdefault((before.decision, after.decision), [])
+        if before.decision != after.decision:
+            self.changed += 1
+            cell = self.samples.setdefault((before.decision, after.decision), [])
+        else:
+            self.rule_changes[before.decision] += 1
+            cell = self.rule_samples.setdefault(before.decision, [])
         if len(cell) < SAMPLES_PER_TRANSITION:
-            cell.append(
-                {
-                    "execution_id": execution.execution_id,
-                    "surface": execution.request.get("surface"),
-                    "before": before.view(),
-                    "after": after.view(),
-                }
-            )
+            cell.append(_sample(execution, before, after))
 
     def view(self) -> dict[str, Any]:
         present = [o for o in OUTCOMES if any(o in cell for cell in self.matrix)]
         return {
             "evaluated": self.evaluated,
             "changed": self.changed,
+            "rule_changed": self.rule_changes.total(),
             "matrix": {
                 before: {after: self.matrix[(before, after)] for after in present}
                 for before in present
@@ -144,7 +149,20 @@ class ImpactReport:
                 }
                 for (before, after), samples in sorted(self.samples.items())
             ],
+            "rule_changes": [
+                {"decision": decision, "count": self.rule_changes[decision], "samples": samples}
+                for decision, samples in sorted(self.rule_samples.items())
+            ],
         }
+
+
+def _sample(execution: RecordedExecution, before: Outcome, after: Outcome) -> dict[str, Any]:
+    return {
+        "execution_id": execution.execution_id,
+        "surface": execution.request.get("surface"),
+        "before": before.view(),
+        "after": after.view(),
+    }
 
 
 def impact(policies: PolicySet, executions: Iterable[RecordedExecution]) -> ImpactReport:
