@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -34,6 +36,16 @@ async def execute(client: httpx.AsyncClient, ops: Operators, body: object) -> di
     assert response.status_code == 200, response.text
     receipt: dict[str, str] = response.json()
     return receipt
+
+
+async def impact_of(client: httpx.AsyncClient, ops: Operators, draft: str) -> dict[str, Any]:
+    """The impact report of ``draft`` replacing the tenant's ``deploys`` policy."""
+    response = await client.post(
+        "/operator/replay", json={"policy": draft, "policy_id": "deploys"}, headers=ops.auditor
+    )
+    assert response.status_code == 200, response.text
+    report: dict[str, Any] = response.json()
+    return report
 
 
 @pytest.mark.parametrize("body", [PERMIT, DENY, SILENCE], ids=["permit", "deny", "silence"])
@@ -107,13 +119,7 @@ async def test_impact_analysis_shows_the_transition_matrix_with_samples(
     permitted = await execute(client, ops, PERMIT)
     await execute(client, ops, DENY)
     await execute(client, ops, SILENCE)
-    report = (
-        await client.post(
-            "/operator/replay",
-            json={"policy": STRICTER, "policy_id": "deploys"},
-            headers=ops.auditor,
-        )
-    ).json()
+    report = await impact_of(client, ops, STRICTER)
     assert report["evaluated"] == 3
     assert report["changed"] == 1  # PERMIT→DENY
     assert report["matrix"]["PERMIT"]["DENY"] == 1
@@ -128,13 +134,7 @@ async def test_impact_analysis_reports_a_rule_change_apart_from_decision_changes
     client: httpx.AsyncClient, ops: Operators
 ) -> None:
     denied = await execute(client, ops, DENY)  # wrong-branch under v1, freeze under the draft
-    report = (
-        await client.post(
-            "/operator/replay",
-            json={"policy": STRICTER, "policy_id": "deploys"},
-            headers=ops.auditor,
-        )
-    ).json()
+    report = await impact_of(client, ops, STRICTER)
     assert (report["changed"], report["rule_changed"], report["transitions"]) == (0, 1, [])
     (change,) = report["rule_changes"]
     assert (change["decision"], change["count"]) == ("DENY", 1)
@@ -146,9 +146,7 @@ async def test_impact_analysis_reports_a_rule_change_apart_from_decision_changes
 async def test_impact_analysis_does_not_publish_the_draft(
     client: httpx.AsyncClient, ops: Operators
 ) -> None:
-    await client.post(
-        "/operator/replay", json={"policy": STRICTER, "policy_id": "deploys"}, headers=ops.auditor
-    )
+    await impact_of(client, ops, STRICTER)
     assert (await execute(client, ops, PERMIT))["decision"] == "PERMIT"
 
 
@@ -157,11 +155,7 @@ async def test_a_draft_that_governs_no_surface_shows_executions_becoming_ungover
 ) -> None:
     await execute(client, ops, PERMIT)
     draft = "surfaces:\n  - match: pay.out\n    rules:\n      - id: none\n        deny: 'true'\n"
-    report = (
-        await client.post(
-            "/operator/replay", json={"policy": draft, "policy_id": "deploys"}, headers=ops.admin
-        )
-    ).json()
+    report = await impact_of(client, ops, draft)
     assert report["matrix"]["PERMIT"]["UNGOVERNED"] == 1
 
 
