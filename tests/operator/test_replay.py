@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import random
+from collections import Counter
+from collections.abc import Coroutine
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
+from execauth.errors import InvalidRequest
+from execauth.replay import ReplayService
+from execauth.request import parse_execute_request
+from execauth.runtime import Runtime
+from execauth.service import ExecutionService, Principal
 from tests.conftest import ADMIN
 from tests.operator.conftest import Operators, make_operators
+from tests.policy.generators import (
+    COOKBOOK_VOCABULARY,
+    cookbook_policies,
+    random_body,
+    random_now,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +197,59 @@ async def test_replaying_another_orgs_execution_is_404(
         f"/operator/executions/{receipt['execution_id']}/replay", headers=other.admin
     )
     assert response.status_code == 404
+
+
+# --- 10,000 stored executions replay without a mismatch (the policy issue, item 6) --------
+
+STORED = 10_000
+CONCURRENT = 500  # enough for the writer to commit in batches, as under load
+
+
+async def cookbook_tenant(client: httpx.AsyncClient, plan: str) -> Principal:
+    """A new org on ``plan`` with every cookbook policy published; its execute principal."""
+    org = await client.post(
+        "/console/v1/orgs", json={"name": f"Cookbook {plan}", "plan": plan}, headers=ADMIN
+    )
+    org_id = org.json()["org_id"]
+    for policy_id, text in cookbook_policies().items():
+        path = f"/console/v1/orgs/{org_id}/policies/{policy_id}"
+        assert (await client.put(path, content=text, headers=ADMIN)).status_code == 201
+    key = await client.post(f"/console/v1/orgs/{org_id}/keys", json={"name": "k"}, headers=ADMIN)
+    app = client._transport.app  # type: ignore[attr-defined]
+    assert isinstance(app, Starlette)
+    principal: Principal = await app.state.service.authenticate(f"Bearer {key.json()['api_key']}")
+    return principal
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_ten_thousand_stored_executions_replay_without_a_mismatch(
+    client: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    # Stored the way the gateway stores them: ExecutionService.execute, the batching
+    # writer, the real database; each request decided at its own random moment.
+    now: contextvars.ContextVar[datetime] = contextvars.ContextVar("now")
+    service = ExecutionService(runtime, clock=now.get)
+    principals = [await cookbook_tenant(client, plan) for plan in ("free", "standard")]
+    rng, start = random.Random(20261123), datetime.now(UTC)
+
+    async def store(principal: Principal, body: dict[str, Any], moment: datetime) -> str:
+        now.set(moment)  # a task's own copy of the context
+        return (await service.execute(principal, parse_execute_request(body, None))).decision
+
+    decided: Counter[str] = Counter()
+    while decided.total() < STORED:
+        batch: list[Coroutine[Any, Any, str]] = []
+        while len(batch) < min(CONCURRENT, STORED - decided.total()):
+            body = random_body(rng, COOKBOOK_VOCABULARY)
+            try:
+                parse_execute_request(body, None)
+            except InvalidRequest:
+                continue  # the gateway answers 400: nothing is stored
+            batch.append(store(rng.choice(principals), body, random_now(rng, start)))
+        decided.update(await asyncio.gather(*batch))
+
+    replays = ReplayService(service)
+    results = [await replays.replay_range(p.org.org_id, None, None) for p in principals]
+    assert sum(r.replayed for r in results) == STORED
+    assert [m for r in results for m in r.mismatches] == []
+    assert set(decided) == {"PERMIT", "DENY", "SILENCE"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,15 @@ COOKBOOK_VOCABULARY = Vocabulary(
 )  # fmt: skip
 
 
+def cookbook_policies() -> dict[str, str]:
+    """The cookbook's policy documents by policy id (examples/policies/*.yaml)."""
+    return {
+        path.stem: path.read_text()
+        for path in sorted(COOKBOOK.glob("*.yaml"))
+        if not path.name.endswith(".cases.yaml")
+    }
+
+
 def random_value(rng: random.Random, vocabulary: Vocabulary, depth: int = 0) -> Any:
     """A JSON value: mostly scalars, sometimes a short list or map of them."""
     roll = rng.random()
@@ -91,9 +100,8 @@ def random_body(rng: random.Random, vocabulary: Vocabulary) -> dict[str, Any]:
     return body
 
 
-def random_now(rng: random.Random) -> datetime:
-    """A decision time in 2026 or 2027 (weekdays, weekends, the year-end freeze)."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
+def random_now(rng: random.Random, start: datetime) -> datetime:
+    """A decision time within two years of ``start`` (weekdays, weekends, year ends)."""
     return truncate_to_millis(start + timedelta(milliseconds=rng.randrange(2 * 365 * 86_400_000)))
 
 
