@@ -25,7 +25,12 @@ def replay(
     until: UntilOption = None,
     draft: Annotated[
         Path | None,
-        typer.Option(help="A draft policy file: report what publishing it would change."),
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="A draft policy file: report what publishing it would change.",
+        ),
     ] = None,
     policy_id: Annotated[
         str | None, typer.Option(help="The policy the draft replaces (default: file stem).")
@@ -45,8 +50,8 @@ def replay(
         typer.echo(f"replayed {answer['replayed']}, matched {answer['matched']}")
         for mismatch in answer["mismatches"]:
             typer.echo(
-                f"MISMATCH {mismatch['execution_id']}: recorded {mismatch['recorded']}, "
-                f"replayed {mismatch['replayed']}"
+                f"MISMATCH {mismatch['execution_id']}: recorded "
+                f"{_outcome(mismatch['recorded'])}, replayed {_outcome(mismatch['replayed'])}"
             )
     else:
         _print_impact(answer)
@@ -81,3 +86,7 @@ def _describe(sample: dict[str, Any]) -> str:
         f"{sample['execution_id']} ({sample['surface']}; rule {before['rule_id']} → "
         f"{after['rule_id']}, reason {before['reason']} → {after['reason']})"
     )
+
+
+def _outcome(view: dict[str, Any]) -> str:
+    return f"{view['decision']} (rule {view['rule_id']}, reason {view['reason']})"
