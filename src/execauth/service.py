@@ -39,7 +39,7 @@ from execauth.runtime import Runtime
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
-from execauth.tenancy.orgs import Org
+from execauth.tenancy.orgs import Org, Plan
 from execauth.tenancy.quota import quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.ttl_cache import TtlCache
@@ -180,12 +180,15 @@ class ExecutionService:
 
     async def admit(self, principal: Principal) -> RateLimitState:
         """Count the request against its org's per-minute limit (``RateLimited`` when over)."""
-        plan = self.runtime.plans.get(principal.org.plan)
-        if plan is None:
-            raise InternalError(
-                f"organization {principal.org.org_id} is on unknown plan {principal.org.plan!r}"
-            )
+        plan = self._plan(principal.org)
         return await self.rate_limiter.hit(principal.org.org_id, plan.requests_per_minute)
+
+    def _plan(self, org: Org) -> Plan:
+        """The org's plan; one the catalog no longer has is refused, never run unmetered."""
+        plan = self.runtime.plans.get(org.plan)
+        if plan is None:
+            raise InternalError(f"organization {org.org_id} is on unknown plan {org.plan!r}")
+        return plan
 
     async def execute(self, principal: Principal, request: ExecuteRequest) -> ExecuteResult:
         key, org = principal.api_key, principal.org
@@ -203,10 +206,7 @@ class ExecutionService:
             raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
         policy, block = selected
 
-        plan = self.runtime.plans.get(org.plan)
-        if plan is None:
-            # An org on a plan the catalog no longer has: refuse rather than run unmetered.
-            raise InternalError(f"organization {org.org_id} is on unknown plan {org.plan!r}")
+        plan = self._plan(org)
         now = truncate_to_millis(self.clock())
         evaluation_input = request.evaluation_input()
         org_facts = org.facts()

@@ -11,7 +11,7 @@ import pytest
 
 from execauth.config import Settings
 from execauth.runtime import Runtime
-from execauth.tenancy.quota import month_period, next_month_start, quota_for
+from execauth.tenancy.quota import month_bounds, month_period, next_month_start, quota_for
 from tests.conftest import Tenant, small_plans
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
@@ -112,3 +112,17 @@ async def test_deny_and_silence_count_as_evaluated_executes(
     await client.post("/v1/execute", json={"surface": "deploy.production"}, headers=tenant.auth)
     period = month_period(datetime.now(UTC))
     assert runtime.executions.executes_in_period(tenant.org_id, period) == 2
+
+
+@pytest.mark.parametrize(
+    ("moment", "period"),
+    [
+        (datetime(2026, 11, 30, 23, 59, tzinfo=UTC), "2026-11"),
+        (datetime(999, 1, 5, tzinfo=UTC), "0999-01"),
+    ],
+)
+def test_the_quota_period_is_the_utc_month_with_a_four_digit_year(
+    moment: datetime, period: str
+) -> None:
+    assert month_period(moment) == period
+    assert month_bounds(period)[0] == datetime(moment.year, moment.month, 1, tzinfo=UTC)

@@ -56,15 +56,15 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         request_id(request)
         principal = await service.authenticate(request.headers.get("authorization"))
         request.state.org_profile = principal.org.wire_profile
-        limit = await service.admit(principal)
-        request.state.rate_limit_headers = limit.headers()
+        rate_limit_headers = (await service.admit(principal)).headers()
+        request.state.rate_limit_headers = rate_limit_headers  # errors from here on carry them
         body = await read_json_body(request, settings.max_body_bytes)
         execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
         result = await service.execute(principal, execute_request)
         status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
         headers = {
             **profile_headers(request),
-            **limit.headers(),
+            **rate_limit_headers,
             "X-Request-Id": request_id(request),
         }
         if result.repeated:

@@ -34,7 +34,10 @@ class QuotaCheck:
 
 
 def month_period(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m")
+    # Formatted by hand: strftime's %Y drops leading zeros below year 1000, and this runs
+    # on every execute.
+    now = now.astimezone(UTC)
+    return f"{now.year:04d}-{now.month:02d}"
 
 
 def next_month_start(now: datetime) -> datetime:
