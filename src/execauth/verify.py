@@ -193,6 +193,7 @@ def unmet_expectations(
     actor: str | None = None,
     request_digest: str | None = None,
     decision: str | None = None,
+    request_id: str | None = None,
 ) -> list[str]:
     """What differs between an (authentic) receipt and the request it is meant to authorize."""
     problems = []
@@ -201,6 +202,7 @@ def unmet_expectations(
         ("surface", surface),
         ("actor", actor),
         ("request_digest", request_digest),
+        ("request_id", request_id),
     ):
         if expected is not None and receipt.get(field) != expected:
             problems.append(f"{field} is {receipt.get(field)!r}, expected {expected!r}")

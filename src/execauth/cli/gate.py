@@ -308,15 +308,15 @@ def _check(answer: Answer, key_list: KeyList, expected: ExecuteRequest) -> None:
             EX_DATAERR,
             f"receipt {answer.receipt_id} fails verification: {verdict.reason}: {verdict.detail}",
         )
+    # The fresh idempotency key (request_id) binds the receipt to this run: an older
+    # authentic PERMIT for the same request, replayed by whoever sits in between, fails.
     problems = unmet_expectations(
-        receipt, surface=expected.surface, actor=expected.actor, request_digest=expected.digest
+        receipt,
+        surface=expected.surface,
+        actor=expected.actor,
+        request_digest=expected.digest,
+        request_id=expected.idempotency_key,
     )
-    # The fresh idempotency key binds the receipt to this run: an older authentic PERMIT
-    # for the same request, replayed by whoever sits in between, does not match it.
-    if receipt.get("request_id") != expected.idempotency_key:
-        problems.append(
-            f"request_id is {receipt.get('request_id')!r}, expected {expected.idempotency_key!r}"
-        )
     if problems:
         raise Refused(
             EX_DATAERR,
