@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,23 +42,30 @@ def ready(url: str) -> bool:
 
 
 def spawn_service(
-    env: Mapping[str, str], workdir: Path, port: int, *, log_name: str = "serve.log"
+    env: Mapping[str, str],
+    workdir: Path,
+    port: int,
+    *,
+    log_name: str = "serve.log",
+    workers: int = 1,
 ) -> subprocess.Popen[bytes]:
     """Start ``execauth serve --port PORT``; return the process once ``/readyz`` answers 200.
 
-    Stopping it is the caller's job (``running_service`` terminates it; a crash test kills it).
+    Stopping it is the caller's job (``running_service`` terminates it; a crash test kills
+    its process group: with ``workers`` > 1 that holds the workers and the writer process).
     """
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / log_name
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [EXECAUTH, "serve", "--port", str(port)], env=dict(env), cwd=workdir, stdout=log,
-            stderr=subprocess.STDOUT,
+            [EXECAUTH, "serve", "--port", str(port), "--workers", str(workers)], env=dict(env),
+            cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + 30
     while not ready(url):
         if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=20)
             pytest.fail("execauth serve did not become ready:\n" + log_path.read_text())
         time.sleep(0.2)
@@ -65,15 +74,20 @@ def spawn_service(
 
 @contextmanager
 def running_service(
-    env: Mapping[str, str], workdir: Path, port: int, *, log_name: str = "serve.log"
+    env: Mapping[str, str],
+    workdir: Path,
+    port: int,
+    *,
+    log_name: str = "serve.log",
+    workers: int = 1,
 ) -> Iterator[str]:
     """``execauth serve --port PORT`` until the block ends; yields its URL once ready."""
-    process = spawn_service(env, workdir, port, log_name=log_name)
+    process = spawn_service(env, workdir, port, log_name=log_name, workers=workers)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
-        process.wait(timeout=20)
+        process.wait(timeout=40)
 
 
 def run_cli(env: Mapping[str, str], workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:

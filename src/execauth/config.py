@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     issuer: str = "http://127.0.0.1:8080"
     host: str = "127.0.0.1"
     port: int = 8080
+    # Serving processes of ``execauth serve`` (one Python process uses about one core).
+    workers: int = Field(default=1, ge=1, le=64)
     redis_url: str | None = None
     # A limiter that does not answer within this bound fails the request closed (503).
     rate_limit_timeout_seconds: float = 0.5

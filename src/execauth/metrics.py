@@ -1,12 +1,20 @@
 """Prometheus metrics of one service instance (served at ``GET /metrics``).
 
 Each app gets its own registry (no globals), so tests and several apps in one
-process never share counters.
+process never share counters. Under ``execauth serve --workers N`` each worker
+process records into prometheus_client's multiprocess files
+(``PROMETHEUS_MULTIPROC_DIR``, set by the parent before the workers start) and
+``GET /metrics``, whichever worker answers it, reports the sum over all workers.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
@@ -54,6 +62,15 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
             registry=self.registry,
         )
+
+    def exposition(self) -> bytes:
+        """The text format of every metric: this process's, or all workers' together."""
+        directory = os.environ.get(MULTIPROCESS_DIR_VARIABLE)
+        if not directory:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
     def observe_sequenced(self, count: int, oldest_lag_seconds: float) -> None:
         self.sequenced.inc(count)

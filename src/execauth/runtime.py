@@ -31,6 +31,7 @@ from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
 from execauth.store.executions import ExecutionStore
 from execauth.store.ledger import LogStore
+from execauth.store.remote_writer import RemoteReceiptWriter
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
 from execauth.tenancy.audit import AuditEvent
@@ -49,7 +50,7 @@ class Keyring:
     """
 
     def __init__(self, store: SigningKeyStore, secret: ServerSecret) -> None:
-        self._store = store
+        self.store = store
         self._secret = secret
         self._lock = threading.Lock()
         self.records: list[SigningKeyRecord] = []
@@ -57,7 +58,7 @@ class Keyring:
         self._signer_record: SigningKeyRecord | None = None
 
     def refresh(self, now: datetime) -> None:
-        records = self._store.all_keys()
+        records = self.store.all_keys()
         chosen = choose_signing_key(records, now)
         signer = self._signer
         if chosen is None:
@@ -114,7 +115,7 @@ class Runtime:
     logs: LogStore
     signing_keys: SigningKeyStore
     keyring: Keyring
-    writer: ReceiptWriter
+    writer: ReceiptWriter | RemoteReceiptWriter  # remote: a worker of ``serve --workers N``
     admin: AdminAuth
     metrics: Metrics
     plans: dict[str, Plan]
@@ -146,33 +147,62 @@ def open_stores(
 
 def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
     """Open the database (migrating it), ensure a signing key and an admin credential."""
-    secret, engine = open_stores(settings, schema=schema)
-    control = ControlStore(engine)
-    signing_store = SigningKeyStore(engine)
-    now = datetime.now(UTC)
+    generated = prepare(settings, schema=schema)
+    runtime = open_runtime(settings, schema=schema, migrate=False)
+    runtime.generated_admin_token = generated
+    return runtime
 
-    if choose_signing_key(signing_store.all_keys(), now) is None:
-        first = generate_signing_key(secret, now)
-        signing_store.insert_key(
-            first, AuditEvent(None, now, "service", "signing_key.created", first.key_id)
-        )
-    keyring = Keyring(signing_store, secret)
+
+def prepare(settings: Settings, *, schema: str | None = None) -> str | None:
+    """Migrate, ensure a usable signing key and an admin credential; once per deployment.
+
+    Returns the admin token when this call generated it (to be shown once). ``execauth
+    serve --workers N`` runs this in the parent, so that N workers never race to create
+    keys or tokens; each worker then only calls ``open_runtime``.
+    """
+    secret, engine = open_stores(settings, schema=schema)
     try:
-        keyring.refresh(now)
+        control = ControlStore(engine)
+        signing_store = SigningKeyStore(engine)
+        now = datetime.now(UTC)
+        if choose_signing_key(signing_store.all_keys(), now) is None:
+            first = generate_signing_key(secret, now)
+            signing_store.insert_key(
+                first, AuditEvent(None, now, "service", "signing_key.created", first.key_id)
+            )
+        if settings.admin_token is not None or control.get_setting(ADMIN_TOKEN_SETTING):
+            return None
+        candidate = "service_admin_" + secrets.token_urlsafe(32)
+        candidate_hash = secret.keyed_hash(ADMIN_TOKEN_PURPOSE, candidate)
+        stored = control.set_setting_if_absent(ADMIN_TOKEN_SETTING, candidate_hash)
+        return candidate if stored == candidate_hash else None  # we won any race
+    finally:
+        engine.dispose()
+
+
+def open_runtime(
+    settings: Settings,
+    *,
+    schema: str | None = None,
+    migrate: bool = False,
+    writer_socket: str | None = None,
+) -> Runtime:
+    """Every long-lived object of one serving process, over an already prepared database.
+
+    With ``writer_socket`` receipts are stored by the writer process listening there
+    (``execauth.writer_process``) instead of a writer thread of this process.
+    """
+    secret, engine = open_stores(settings, migrate=migrate, schema=schema)
+    control = ControlStore(engine)
+    keyring = Keyring(SigningKeyStore(engine), secret)
+    try:
+        keyring.refresh(datetime.now(UTC))
     except KeyUnsealError as exc:
         raise SystemExit(f"execauth: {exc}") from exc
-
     metrics = Metrics()
-    generated: str | None = None
-    token_hash: str | None = None
-    if settings.admin_token is None:
-        token_hash = control.get_setting(ADMIN_TOKEN_SETTING)
-        if token_hash is None:
-            candidate = "service_admin_" + secrets.token_urlsafe(32)
-            candidate_hash = secret.keyed_hash(ADMIN_TOKEN_PURPOSE, candidate)
-            token_hash = control.set_setting_if_absent(ADMIN_TOKEN_SETTING, candidate_hash)
-            if token_hash == candidate_hash:
-                generated = candidate  # we won any race: ours is the one to print
+    token_hash = (
+        None if settings.admin_token is not None else control.get_setting(ADMIN_TOKEN_SETTING)
+    )
     return Runtime(
         settings=settings,
         secret=secret,
@@ -181,16 +211,17 @@ def bootstrap(settings: Settings, *, schema: str | None = None) -> Runtime:
         audit=AuditStore(engine),
         executions=ExecutionStore(engine),
         logs=LogStore(engine),
-        signing_keys=signing_store,
+        signing_keys=keyring.store,
         keyring=keyring,
         writer=ReceiptWriter(
             engine,
             max_batch=settings.writer_max_batch,
             timeout_seconds=settings.write_timeout_seconds,
             on_commit=metrics.observe_commit,
-        ),
+        )
+        if writer_socket is None
+        else RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds),
         admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
         metrics=metrics,
         plans=settings.plan_catalog(),
-        generated_admin_token=generated,
     )

@@ -159,6 +159,7 @@ class ExecutionService:
             runtime.settings.redis_url,
             timeout_seconds=runtime.settings.rate_limit_timeout_seconds,
             prefix="execauth",
+            processes=runtime.settings.workers,
         )
 
     async def authenticate(self, authorization: str | None) -> Principal:

@@ -1,12 +1,13 @@
 """The ledger issue, item 6: ``kill -9`` of a loaded server loses no acknowledged receipt.
 
 A real ``execauth serve`` takes executes from concurrent clients and is killed with
-SIGKILL mid-load, then restarted on the same database. Every receipt a client got a
-200 for must be stored, sequenced into its org's log within seconds, and provable:
-its inclusion proof is checked here with the RFC 9162 algorithms written out in
-``tests.store.test_ledger``, against a root that the audited log also has. The whole
-log, exported after the restart, must pass ``execauth audit verify`` against a
-checkpoint published before the crash.
+SIGKILL mid-load, then restarted on the same database: as one process, and as
+``--workers 2`` (two gateway workers and the writer process, all killed at once).
+Every receipt a client got a 200 for must be stored, sequenced into its org's log
+within seconds, and provable: its inclusion proof is checked here with the RFC 9162
+algorithms written out in ``tests.store.test_ledger``, against a root that the
+audited log also has. The whole log, exported after the restart, must pass
+``execauth audit verify`` against a checkpoint published before the crash.
 
 The figures (acknowledged, found after restart, lost, sequenced, verified) are
 printed — run with ``-s`` to see them — and carried in the assertion messages.
@@ -58,11 +59,17 @@ BODIES: list[dict[str, object]] = [
 ]
 
 
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "two-workers"])
+def workers(request: pytest.FixtureRequest) -> int:
+    count: int = request.param
+    return count
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def database_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, workers: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """A new database for each backend's crash: a SQLite file, or a whole PostgreSQL database."""
+    """A new database for each crash: a SQLite file, or a whole PostgreSQL database."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('crash-sqlite') / 'execauth.db'}"
         return
@@ -116,7 +123,7 @@ async def load_until_killed(url: str, secret: str, pid: int) -> Load:
                 published = await client.get("/operator/log/checkpoint", headers=auth)
                 if published.status_code == 200:
                     load.trusted_checkpoint = published.json()["checkpoint"]
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)  # the server, its workers and its writer process
             killed.set()
 
         await asyncio.gather(kill_mid_load(), *(one_client(i) for i in range(CLIENTS)))
@@ -210,7 +217,7 @@ class Crash:
 
 
 @pytest.fixture(scope="module")
-def crash(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Crash:
+def crash(database_url: str, workers: int, tmp_path_factory: pytest.TempPathFactory) -> Crash:
     """Load a real server, SIGKILL it mid-load, restart it on the same database, collect."""
     workdir = tmp_path_factory.mktemp("crash")
     port = free_port()
@@ -223,7 +230,7 @@ def crash(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Crash:
         EXECAUTH_URL=url,
         EXECAUTH_PLANS=json.dumps(PLANS),
     )
-    server = spawn_service(env, workdir, port, log_name="killed.log")
+    server = spawn_service(env, workdir, port, log_name="killed.log", workers=workers)
     try:
         org_id, _, secret = provision_org(url, ADMIN_TOKEN, plan="load")
         load = asyncio.run(load_until_killed(url, secret, server.pid))
@@ -238,7 +245,7 @@ def crash(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Crash:
     (workdir / "before-kill.checkpoint").write_text(load.trusted_checkpoint)
 
     acknowledged = {receipt["receipt_id"]: receipt for receipt in load.acknowledged}
-    with running_service(env, workdir, port, log_name="restarted.log"):
+    with running_service(env, workdir, port, log_name="restarted.log", workers=workers):
         after = asyncio.run(proofs_after_restart(url, secret, sorted(acknowledged)))
         exported = run_cli(env, workdir, "export", "--org", org_id, "-o", "bundle.json")
     assert exported.returncode == 0, exported.stderr
@@ -249,7 +256,8 @@ def crash(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Crash:
     bundle = json.loads((workdir / "bundle.json").read_text())
     log = [bytes.fromhex(h) for h in bundle["leaf_hashes"]]
     result = Crash(
-        backend="SQLite" if database_url.startswith("sqlite") else "PostgreSQL",
+        backend=("SQLite" if database_url.startswith("sqlite") else "PostgreSQL")
+        + (f", {workers} workers and the writer process" if workers > 1 else ", one process"),
         load=load,
         acknowledged=acknowledged,
         after=after,

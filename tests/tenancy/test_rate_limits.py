@@ -151,6 +151,40 @@ needs_redis = pytest.mark.skipif(
 )
 
 
+async def test_each_of_n_worker_processes_without_redis_allows_an_nth_of_the_limit() -> None:
+    # serve --workers 3 without Redis: three in-memory windows, never more than the plan.
+    limiter = OrgRateLimiter(None, timeout_seconds=1, prefix="t", processes=3)
+    org = new_org_id()
+    states = [await limiter.hit(org, 10) for _ in range(3)]
+    assert [s.remaining for s in states] == [2, 1, 0]
+    assert states[0].limit == 3
+    with pytest.raises(RateLimited):
+        await limiter.hit(org, 10)
+
+
+async def test_a_share_of_a_limit_is_never_zero() -> None:
+    limiter = OrgRateLimiter(None, timeout_seconds=1, prefix="t", processes=4)
+    org = new_org_id()
+    await limiter.hit(org, 3)
+    with pytest.raises(RateLimited):
+        await limiter.hit(org, 3)
+
+
+@needs_redis
+async def test_workers_sharing_redis_enforce_the_whole_limit_together() -> None:
+    assert REDIS_URL is not None
+    limiter = OrgRateLimiter(REDIS_URL, timeout_seconds=2, prefix="execauth-test", processes=3)
+    org = new_org_id()
+    try:
+        states = [await limiter.hit(org, 4) for _ in range(4)]
+        assert states[-1].limit == 4
+        assert states[-1].remaining == 0
+        with pytest.raises(RateLimited):
+            await limiter.hit(org, 4)
+    finally:
+        limiter.close()
+
+
 @needs_redis
 async def test_instances_sharing_redis_share_one_counter() -> None:
     assert REDIS_URL is not None

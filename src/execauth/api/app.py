@@ -27,6 +27,7 @@ from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
 from execauth.sequencer import Sequencer
 from execauth.service import Clock, ExecutionService, utc_now
+from execauth.store.writer import ReceiptWriter
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")
@@ -58,7 +59,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime.start()
-        sequencer.start(runtime.writer)
+        if isinstance(runtime.writer, ReceiptWriter):
+            sequencer.start(runtime.writer)  # else the writer process sequences
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_refresh_keys, runtime, service)
             try:

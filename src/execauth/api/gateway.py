@@ -6,7 +6,7 @@ import time
 from importlib.resources import files
 
 import anyio.to_thread
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -110,14 +110,14 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return PlainTextResponse(OPENAPI.read_text(encoding="utf-8"), media_type="application/yaml")
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
         """Ready when the writer runs, the database answers, a key can sign and limits work."""
-        if not runtime.writer.running:
+        if not await runtime.writer.ready():
             raise ServiceUnavailable("the receipt writer is not running")
         try:
             await anyio.to_thread.run_sync(runtime.control.get_setting, "schema_probe")

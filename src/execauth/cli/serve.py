@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
 from rich.console import Console
 from rich.panel import Panel
+from starlette.applications import Starlette
 
 from execauth.api.app import SURFACES, create_app
+from execauth.api.worker import SURFACES_VARIABLE, WRITER_SOCKET_VARIABLE
 from execauth.config import Settings
-from execauth.runtime import bootstrap
+from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
+from execauth.runtime import bootstrap, prepare
+from execauth.writer_process import WriterProcess
 
 
 def serve(
@@ -22,33 +30,74 @@ def serve(
         list[str] | None,
         typer.Option(help="Serve only these surfaces (gateway, console, operator); repeatable."),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=64, help="Serving processes, about one per core [EXECAUTH_WORKERS]."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Run the service (all surfaces unless --surface narrows them)."""
+    if workers is not None:
+        # The workers read their settings from the environment, like this process.
+        os.environ["EXECAUTH_WORKERS"] = str(workers)
     settings = Settings()
     chosen = tuple(surface) if surface else SURFACES
     unknown = [s for s in chosen if s not in SURFACES]
     if unknown:
         raise typer.BadParameter(f"unknown surface(s): {', '.join(unknown)}")
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    runtime = bootstrap(settings)
-    err = Console(stderr=True)
-    if runtime.generated_admin_token is not None:
-        err.print(
-            Panel(
-                f"[bold]{runtime.generated_admin_token}[/bold]\n\n"
-                "This admin token is shown once. Keep it in a secret store and use it as\n"
-                "EXECAUTH_ADMIN_TOKEN for the console API and the CLI.",
-                title="execauth: generated admin token",
-            )
-        )
+    listen = (host or settings.host, port or settings.port, log_level)
+    if settings.workers == 1:
+        runtime = bootstrap(settings)
+        _show_admin_token(runtime.generated_admin_token)
+        _run_uvicorn(create_app(runtime, surfaces=chosen), *listen)
+        return
+    # Several processes, each with its own GIL (docs/architecture.md): prepare once here,
+    # start the writer process, then let uvicorn start the gateway workers, which share
+    # the listening socket and hand their receipts to the writer.
+    _show_admin_token(prepare(settings))
+    scratch = tempfile.mkdtemp(prefix="execauth-serve-")
+    os.environ[MULTIPROCESS_DIR_VARIABLE] = str(Path(scratch, "metrics"))
+    Path(scratch, "metrics").mkdir()
+    os.environ[SURFACES_VARIABLE] = ",".join(chosen)
+    writer = WriterProcess(str(Path(scratch, "writer.sock")), log_level=log_level)
+    os.environ[WRITER_SOCKET_VARIABLE] = writer.socket_path
+    try:
+        writer.start()
+        _run_uvicorn("execauth.api.worker:worker_app", *listen, workers=settings.workers)
+    finally:
+        writer.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_uvicorn(
+    app: Starlette | str, host: str, port: int, log_level: str, *, workers: int = 1
+) -> None:
+    """uvicorn as we serve: uvloop, httptools, no access log; a string app is a factory."""
     uvicorn.run(
-        create_app(runtime, surfaces=chosen),
-        host=host or settings.host,
-        port=port or settings.port,
+        app,
+        host=host,
+        port=port,
+        workers=workers if isinstance(app, str) else None,
+        factory=isinstance(app, str),
         loop="uvloop",
         http="httptools",
         log_level=log_level,
         access_log=False,
         server_header=False,
+    )
+
+
+def _show_admin_token(token: str | None) -> None:
+    if token is None:
+        return
+    Console(stderr=True).print(
+        Panel(
+            f"[bold]{token}[/bold]\n\n"
+            "This admin token is shown once. Keep it in a secret store and use it as\n"
+            "EXECAUTH_ADMIN_TOKEN for the console API and the CLI.",
+            title="execauth: generated admin token",
+        )
     )

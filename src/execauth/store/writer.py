@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from execauth.errors import ServiceUnavailable
+from execauth.store.database import WriterLock, begin_writing
 from execauth.store.executions import (
     ExecutionRecord,
     PriorExecution,
@@ -62,6 +63,7 @@ class ReceiptWriter:
         self.on_commit = on_commit  # (batch size, seconds): for metrics
         self.max_batch = max_batch
         self.timeout_seconds = timeout_seconds
+        self._lock = WriterLock.for_engine(engine)
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
@@ -83,6 +85,9 @@ class ReceiptWriter:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    async def ready(self) -> bool:
+        return self.running
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="execauth-writer", daemon=True)
@@ -141,6 +146,7 @@ class ReceiptWriter:
             self._maybe_run_background()
         if self._connection is not None:
             self._connection.close()
+        self._lock.close()
 
     def _maybe_run_background(self) -> None:
         job = self._background
@@ -150,7 +156,8 @@ class ReceiptWriter:
         try:
             if self._connection is None or self._connection.closed:
                 self._connection = self.engine.connect()
-            with self._connection.begin():
+            with self._lock.held(), self._connection.begin():
+                begin_writing(self._connection)
                 job(self._connection)
         except Exception:
             # Rolled back whole; the next round does the same work again.
@@ -187,7 +194,8 @@ class ReceiptWriter:
         conn = self._connection
         started = time.perf_counter()
         try:
-            with conn.begin():
+            with self._lock.held(), conn.begin():
+                begin_writing(conn)
                 if len(batch) == 1:
                     results = [insert_execution(conn, batch[0].record, batch[0].quota)]
                 else:

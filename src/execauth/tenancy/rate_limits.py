@@ -3,7 +3,10 @@
 A sliding-window counter per organization and minute: O(1) state per org in
 memory or Redis (a moving window would keep one entry per request, 10,000 per
 enterprise org). Memory storage limits each instance on its own; with
-``EXECAUTH_REDIS_URL`` every instance shares one counter. When the storage does
+``EXECAUTH_REDIS_URL`` every instance shares one counter. Without Redis, the N
+worker processes of one ``execauth serve --workers N`` each enforce an N-th of
+the limit (rounded down): never more than the plan allows in total, at the price
+of refusing a little early when the connections are spread unevenly. When the storage does
 not answer in time the caller gets ``ServiceUnavailable``: a broken limiter
 must never mean "unlimited".
 """
@@ -55,7 +58,9 @@ def storage_uri(redis_url: str | None) -> str:
 
 
 class OrgRateLimiter:
-    def __init__(self, redis_url: str | None, *, timeout_seconds: float, prefix: str) -> None:
+    def __init__(
+        self, redis_url: str | None, *, timeout_seconds: float, prefix: str, processes: int = 1
+    ) -> None:
         # Our own pool, so that shutdown can close its sockets and so that a dead
         # Redis costs a bounded connect, not the client's default wait.
         self._pool: coredis.ConnectionPool | None = None
@@ -71,9 +76,12 @@ class OrgRateLimiter:
         self._limiter = SlidingWindowCounterRateLimiter(self._storage)
         self._timeout = timeout_seconds
         self._items: dict[int, RateLimitItemPerMinute] = {}
+        # Processes that each keep their own in-memory window for the same orgs.
+        self._share = processes if redis_url is None else 1
 
     async def hit(self, org_id: str, per_minute: int) -> RateLimitState:
         """Count one request; raise ``RateLimited`` when the org is over its limit."""
+        per_minute = self.enforced_limit(per_minute)
         item = self._items.get(per_minute)
         if item is None:
             item = self._items.setdefault(per_minute, RateLimitItemPerMinute(per_minute))
@@ -96,6 +104,10 @@ class OrgRateLimiter:
                 headers={**state.headers(), "Retry-After": str(reset)},
             )
         return state
+
+    def enforced_limit(self, per_minute: int) -> int:
+        """What this process allows of an org's per-minute limit (its share, at least 1)."""
+        return max(1, per_minute // self._share) if self._share > 1 else per_minute
 
     async def _count(self, item: RateLimitItemPerMinute, org_id: str) -> tuple[bool, WindowStats]:
         allowed = await self._limiter.hit(item, org_id)

@@ -1,0 +1,242 @@
+"""The receipt writer in a process of its own, for ``execauth serve --workers N``.
+
+One Python process is one GIL. Under load the request loop and the writer thread
+fight for it: a batch whose SQL takes 1–3 ms alone took 10 ms inside a busy
+gateway process, waiting for the GIL after every SQLite call while holding the
+write lock (docs/performance.md). With several gateway processes that wait would
+also hold up every other process's commit. So the serving topology is N gateway
+workers that decide and sign, and one writer process that owns the database's
+write path: the group-commit ``ReceiptWriter`` and the sequencer, as in a single
+process, only with a GIL to themselves.
+
+The gateways reach it over a Unix socket. Each frame is a 4-byte big-endian
+length and a msgpack body (msgspec): a ``WriteRequest`` carries the record and its
+quota; the ``WriteReply`` comes only after the batch holding the record committed,
+so an acknowledged receipt is durable exactly as with the in-process writer. A
+lost connection, a dead writer or a reply that does not come in time is
+``ServiceUnavailable`` for the requests waiting on it: never a receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Literal
+
+import msgspec
+
+from execauth.errors import QuotaExceeded, ServiceUnavailable
+from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.tenancy.quota import QuotaCheck
+
+log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
+MAX_FRAME = 16 * 1024 * 1024  # a record holds one receipt and one request (<= 64 KiB each)
+CONNECT_TIMEOUT_SECONDS = 2.0
+
+
+class WriteRequest(msgspec.Struct, array_like=True, frozen=True):
+    id: int
+    record: ExecutionRecord
+    quota: QuotaCheck | None
+
+
+class WriteReply(msgspec.Struct, array_like=True, frozen=True):
+    id: int
+    outcome: Literal["stored", "repeat", "quota", "unavailable"]
+    prior: PriorExecution | None = None
+    detail: str = ""
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_request = msgspec.msgpack.Decoder(WriteRequest).decode
+_decode_reply = msgspec.msgpack.Decoder(WriteReply).decode
+
+Write = Callable[[ExecutionRecord, QuotaCheck | None], Awaitable[PriorExecution | None]]
+
+
+def _frame(message: WriteRequest | WriteReply) -> bytes:
+    body = _encode(message)
+    return _LENGTH.pack(len(body)) + body
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+    return await reader.readexactly(length)
+
+
+# --- the writer process's side -----------------------------------------------------------
+class WriterServer:
+    """Accepts gateway connections and answers each ``WriteRequest`` once it is committed."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+        self._connections: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self, socket_path: str) -> None:
+        self._server = await asyncio.start_unix_server(self._serve_connection, socket_path)
+
+    async def wait_idle(self) -> None:
+        """Return once every gateway connection has closed."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        """Stop accepting; connections still open are served until they close."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self._idle.clear()
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    request = _decode_request(await _read_frame(reader))
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the gateway went away
+                one = asyncio.create_task(self._answer(request, writer))
+                pending.add(one)
+                one.add_done_callback(pending.discard)
+        except Exception:
+            log.exception("a gateway connection sent something unreadable; closing it")
+        finally:
+            # Every record read is written and answered (if the gateway still listens):
+            # its commit may already be under way.
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            writer.close()
+            self._connections.discard(task)
+            if not self._connections:
+                self._idle.set()
+
+    async def _answer(self, request: WriteRequest, out: asyncio.StreamWriter) -> None:
+        try:
+            prior = await self._write(request.record, request.quota)
+            reply = (
+                WriteReply(request.id, "stored")
+                if prior is None
+                else WriteReply(request.id, "repeat", prior)
+            )
+        except QuotaExceeded:
+            reply = WriteReply(request.id, "quota")
+        except ServiceUnavailable as exc:
+            reply = WriteReply(request.id, "unavailable", detail=exc.message)
+        except Exception:
+            log.exception("writing a receipt failed")
+            reply = WriteReply(request.id, "unavailable", detail="the receipt could not be stored")
+        if not out.is_closing():
+            out.write(_frame(reply))
+            with contextlib.suppress(ConnectionError):
+                await out.drain()
+
+
+# --- the gateway's side ------------------------------------------------------------------
+class RemoteReceiptWriter:
+    """``ReceiptWriter.write`` for a gateway worker: the same contract, over the socket."""
+
+    def __init__(self, socket_path: str, *, timeout_seconds: float) -> None:
+        self.socket_path = socket_path
+        self.timeout_seconds = timeout_seconds
+        self._next_id = 0
+        self._waiting: dict[int, asyncio.Future[WriteReply]] = {}
+        self._stream: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    def start(self) -> None:
+        """Nothing to start: the first write (or ``ready``) connects, on the serving loop."""
+
+    def stop(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    async def ready(self) -> bool:
+        """Whether the writer process answers (``/readyz``)."""
+        try:
+            await self._connection()
+        except ServiceUnavailable:
+            return False
+        return True
+
+    async def write(
+        self, record: ExecutionRecord, quota: QuotaCheck | None = None
+    ) -> PriorExecution | None:
+        """Durably store ``record`` (see ``ReceiptWriter.write``); the same outcomes and errors."""
+        stream = await self._connection()
+        self._next_id += 1
+        request_id = self._next_id
+        reply_future: asyncio.Future[WriteReply] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = reply_future
+        try:
+            stream.write(_frame(WriteRequest(request_id, record, quota)))
+            reply = await asyncio.wait_for(reply_future, self.timeout_seconds)
+        except TimeoutError as exc:
+            raise ServiceUnavailable("the receipt store did not confirm the write in time") from exc
+        finally:
+            self._waiting.pop(request_id, None)
+        if reply.outcome == "stored":
+            return None
+        if reply.outcome == "repeat" and reply.prior is not None:
+            return reply.prior
+        if reply.outcome == "quota" and quota is not None:
+            raise quota.exceeded(datetime.fromtimestamp(record.decided_at_ms / 1000, UTC))
+        raise ServiceUnavailable(reply.detail or "the receipt could not be stored")
+
+    async def _connection(self) -> asyncio.StreamWriter:
+        if self._stream is not None and not self._stream.is_closing():
+            return self._stream
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._stream is not None and not self._stream.is_closing():
+                return self._stream
+            try:
+                reader, stream = await asyncio.wait_for(
+                    asyncio.open_unix_connection(self.socket_path), CONNECT_TIMEOUT_SECONDS
+                )
+            except (OSError, TimeoutError) as exc:
+                raise ServiceUnavailable("the receipt writer process is not reachable") from exc
+            self._stream = stream
+            self._reader_task = asyncio.create_task(self._read_replies(reader, stream))
+            return stream
+
+    async def _read_replies(
+        self, reader: asyncio.StreamReader, stream: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while True:
+                reply = _decode_reply(await _read_frame(reader))
+                future = self._waiting.get(reply.id)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            log.warning("the receipt writer process closed the connection")
+        except Exception:
+            log.exception("unreadable reply from the receipt writer process")
+        finally:
+            stream.close()
+            if self._stream is stream:
+                self._stream = None
+            # Whatever was sent on this connection may or may not be stored: the
+            # requests fail (503) and a retry with the same Idempotency-Key settles it.
+            lost = ServiceUnavailable("the receipt writer process went away")
+            for future in list(self._waiting.values()):
+                if not future.done():
+                    future.set_exception(lost)

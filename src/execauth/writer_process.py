@@ -1,0 +1,180 @@
+"""The writer process of ``execauth serve --workers N``: started, watched and stopped here.
+
+``run_writer_process`` is the process itself: the group-commit ``ReceiptWriter``
+and the sequencer over the database (as a single-process server runs them),
+served to the gateway workers by ``store.remote_writer.WriterServer``.
+``WriterProcess`` is the parent's handle: it starts the process before the
+workers, restarts it if it dies while serving, and stops it after the workers.
+
+Stopping: the writer outlives the gateways. Ctrl-C reaches the whole process
+group, so the writer ignores SIGINT; on SIGTERM, or when its parent is gone, it
+stops accepting connections, keeps serving the open ones until the gateways have
+closed them (at most ``DRAIN_SECONDS``), then commits what is queued and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from multiprocessing.process import BaseProcess
+
+from execauth.config import Settings
+from execauth.metrics import Metrics
+from execauth.runtime import Keyring, open_stores
+from execauth.sequencer import Sequencer
+from execauth.store.ledger import LogStore
+from execauth.store.remote_writer import WriterServer
+from execauth.store.signing_keys import SigningKeyStore
+from execauth.store.writer import ReceiptWriter
+
+log = logging.getLogger("execauth.writer")
+DRAIN_SECONDS = 15.0
+READY_TIMEOUT_SECONDS = 30.0
+
+
+def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
+    """The writer process's main (a ``multiprocessing`` spawn target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    secret, engine = open_stores(settings, migrate=False)
+    keyring = Keyring(SigningKeyStore(engine), secret)
+    keyring.refresh(datetime.now(UTC))
+    metrics = Metrics()
+    writer = ReceiptWriter(
+        engine,
+        max_batch=settings.writer_max_batch,
+        timeout_seconds=settings.write_timeout_seconds,
+        on_commit=metrics.observe_commit,
+    )
+    sequencer = Sequencer(
+        LogStore(engine),
+        keyring,
+        settings.issuer,
+        interval_seconds=settings.sequencer_interval_seconds,
+        metrics=metrics,
+    )
+    writer.start()
+    sequencer.start(writer)
+    try:
+        asyncio.run(_serve(writer, keyring, socket_path, settings.refresh_interval_seconds))
+    finally:
+        sequencer.stop()
+        writer.stop()  # commits everything still queued
+        engine.dispose()
+
+
+async def _serve(
+    writer: ReceiptWriter, keyring: Keyring, socket_path: str, refresh_seconds: float
+) -> None:
+    server = WriterServer(writer.write)
+    await server.start(socket_path)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    parent = os.getppid()
+    log.info("receipt writer process %d serving on %s", os.getpid(), socket_path)
+    while not stopping.is_set():
+        if os.getppid() != parent:
+            log.warning("the serving parent is gone; the writer stops")
+            break
+        try:
+            # The sequencer signs checkpoints: follow rotation and revocation like a gateway.
+            await asyncio.to_thread(keyring.refresh, datetime.now(UTC))
+        except Exception:
+            log.exception("refreshing signing keys failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), refresh_seconds)
+    await server.close()
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            await server.wait_idle()
+    except TimeoutError:
+        log.warning("gateways still connected after %.0f s; the writer stops", DRAIN_SECONDS)
+
+
+class WriterProcess:
+    """The parent's handle on the writer process."""
+
+    def __init__(self, socket_path: str, *, log_level: str = "info") -> None:
+        self.socket_path = socket_path
+        self._log_level = log_level
+        self._context = multiprocessing.get_context("spawn")
+        self._process: BaseProcess | None = None
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the process and wait until it accepts connections."""
+        self._spawn()
+        self._watcher = threading.Thread(target=self._watch, name="writer-watch", daemon=True)
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        process = self._process
+        if process is None:
+            return
+        if process.is_alive():
+            process.terminate()  # SIGTERM: drain, commit, exit
+            process.join(DRAIN_SECONDS + 15)
+        if process.is_alive():
+            log.error("the receipt writer process did not stop; killing it")
+            process.kill()
+            process.join()
+        if self._watcher is not None:
+            self._watcher.join()
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+
+    def _spawn(self) -> None:
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+        process = self._context.Process(
+            target=run_writer_process,
+            args=(self.socket_path, self._log_level),
+            name="execauth-writer",
+        )
+        process.start()
+        self._process = process
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not _accepts(self.socket_path):
+            if not process.is_alive():
+                raise RuntimeError(
+                    f"the receipt writer process exited with code {process.exitcode}"
+                )
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("the receipt writer process did not start in time")
+            time.sleep(0.05)
+
+    def _watch(self) -> None:
+        """Restart a writer that died while serving (the gateways answer 503 meanwhile)."""
+        while not self._stopping.wait(0.5):
+            process = self._process
+            if process is None or process.is_alive():
+                continue
+            log.error(
+                "the receipt writer process exited with code %s; restarting it", process.exitcode
+            )
+            try:
+                self._spawn()
+            except Exception:
+                log.exception("restarting the receipt writer process failed; will retry")
+
+
+def _accepts(socket_path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(socket_path)
+        except OSError:
+            return False
+    return True

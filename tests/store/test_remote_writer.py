@@ -1,0 +1,202 @@
+"""The writer process's socket (``serve --workers N``): the same contract as the writer thread.
+
+The app here is the real gateway whose receipts go through ``RemoteReceiptWriter``
+to a ``WriterServer`` wrapping a real ``ReceiptWriter``, over a real Unix socket.
+Whatever goes wrong on that path (no writer, a dropped connection, no answer in
+time) the client gets 503 and no receipt; what it acknowledges is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from execauth.api.app import create_app
+from execauth.config import PlanSettings
+from execauth.runtime import Runtime
+from execauth.store.remote_writer import RemoteReceiptWriter, WriterServer
+from execauth.store.writer import ReceiptWriter
+from tests.conftest import Tenant, make_tenant, small_plans
+
+pytestmark = pytest.mark.anyio
+PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+
+
+@pytest.fixture
+def plans() -> dict[str, PlanSettings]:
+    return small_plans(free_executes=3)
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
+    directory = Path(tempfile.mkdtemp(prefix="ea-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class WriterSide:
+    """The writer process's half, run in the test's loop."""
+
+    writer: ReceiptWriter
+    socket_path: str
+    server: WriterServer | None = None
+
+    async def start(self) -> None:
+        self.server = WriterServer(self.writer.write)
+        await self.server.start(self.socket_path)
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        await self.server.close()
+
+
+@pytest.fixture
+async def writer_side(runtime: Runtime, socket_dir: Path) -> AsyncIterator[WriterSide]:
+    local = runtime.writer
+    assert isinstance(local, ReceiptWriter)
+    local.start()
+    side = WriterSide(local, str(socket_dir / "writer.sock"))
+    await side.start()
+    # The gateway of a worker: it has no writer thread, only the socket.
+    runtime.writer = RemoteReceiptWriter(side.socket_path, timeout_seconds=2.0)
+    yield side
+    if side.server is not None:
+        await side.server.close()
+    local.stop()
+
+
+@pytest.fixture
+async def client(runtime: Runtime, writer_side: WriterSide) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(runtime)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="https://execauth.test") as c:
+            yield c
+        runtime.writer.stop()
+        # The app's shutdown stops the runtime's writer before it disposes of the engine:
+        # let that be the real one, so that its connection is closed, not leaked.
+        runtime.writer = writer_side.writer
+
+
+@pytest.fixture
+async def tenant(client: httpx.AsyncClient) -> Tenant:
+    return await make_tenant(client)  # on the "free" plan: 3 executes (``plans``)
+
+
+async def test_an_acknowledged_receipt_is_stored_byte_for_byte(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert response.status_code == 200, response.text
+    assert response.json()["decision"] == "PERMIT"
+    stored = runtime.executions.receipt_bytes(tenant.org_id, response.json()["execution_id"])
+    assert stored == response.content
+
+
+async def test_a_repeated_idempotency_key_gets_the_first_receipt(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    headers = tenant.auth | {"Idempotency-Key": "deploy-42"}
+    first = await client.post("/v1/execute", json=PERMIT, headers=headers)
+    again = await client.post("/v1/execute", json=PERMIT, headers=headers)
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
+    assert again.headers["Idempotent-Replayed"] == "true"
+
+
+async def test_the_quota_is_enforced_through_the_writer_process(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    answers = await asyncio.gather(
+        *(client.post("/v1/execute", json=PERMIT, headers=tenant.auth) for _ in range(5))
+    )
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200, 200, 200, 429, 429]
+    refused = next(a for a in answers if a.status_code == 429)
+    assert refused.json()["error"] == "SERVICE_PLAN_LIMIT_EXCEEDED"
+    assert "Retry-After" in refused.headers
+    assert runtime.executions.count(tenant.org_id) == 3
+
+
+async def test_no_writer_process_is_503_and_not_ready(
+    client: httpx.AsyncClient, tenant: Tenant, writer_side: WriterSide, runtime: Runtime
+) -> None:
+    await writer_side.stop()
+    runtime.writer.stop()  # drop the established connection too
+    response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert_unavailable(response, "not reachable")
+    assert (await client.get("/readyz")).status_code == 503
+    assert runtime.executions.count(tenant.org_id) == 0
+
+
+async def test_the_gateway_reconnects_when_the_writer_process_is_back(
+    client: httpx.AsyncClient, tenant: Tenant, writer_side: WriterSide, runtime: Runtime
+) -> None:
+    await writer_side.stop()
+    runtime.writer.stop()
+    assert (await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)).status_code == 503
+    await writer_side.start()
+    response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert response.status_code == 200, response.text
+    assert (await client.get("/readyz")).status_code == 200
+
+
+def assert_unavailable(response: httpx.Response, because: str) -> None:
+    assert response.status_code == 503, response.text
+    body = response.json()
+    assert body["error"] == "service_unavailable"
+    assert because in body["message"]
+    assert "decision" not in body
+
+
+async def test_a_connection_lost_before_the_reply_is_503(
+    client: httpx.AsyncClient, tenant: Tenant, socket_dir: Path, runtime: Runtime
+) -> None:
+    async def read_then_hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    path = str(socket_dir / "hangs-up.sock")
+    server = await asyncio.start_unix_server(read_then_hang_up, path)
+    runtime.writer = RemoteReceiptWriter(path, timeout_seconds=5.0)
+    async with server:
+        response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert_unavailable(response, "went away")
+
+
+async def test_no_reply_in_time_is_503(
+    client: httpx.AsyncClient, tenant: Tenant, socket_dir: Path, runtime: Runtime
+) -> None:
+    hung_up = asyncio.Event()
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client goes away
+        writer.close()
+        hung_up.set()
+
+    path = str(socket_dir / "silent.sock")
+    server = await asyncio.start_unix_server(never_answer, path)
+    runtime.writer = RemoteReceiptWriter(path, timeout_seconds=0.2)
+    async with server:
+        response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+        runtime.writer.stop()
+        await asyncio.wait_for(hung_up.wait(), 5)
+    assert_unavailable(response, "in time")
+
+
+async def test_a_writer_that_cannot_store_is_503(
+    client: httpx.AsyncClient, tenant: Tenant, writer_side: WriterSide
+) -> None:
+    writer_side.writer.stop()  # the writer process is up, its writer thread is not
+    response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+    assert_unavailable(response, "not accepting writes")
+    writer_side.writer.start()
