@@ -1,17 +1,18 @@
 """The plain-stack baseline: a minimal Starlette POST handler on uvicorn.
 
-Served exactly as ``execauth serve`` serves (one worker, uvloop, httptools, no
-access log), so the gap between this and execauth is what execauth itself costs.
+Served exactly as ``execauth serve`` serves (the same worker count, uvloop,
+httptools, no access log), so the gap between this and execauth is what execauth itself costs.
 It decodes the JSON body and answers a small JSON object: no auth, no policy, no
 signature, no storage.
 
-    python bench/baseline_app.py --port 8099
+    python bench/baseline_app.py --port 8099 [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -41,9 +42,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     uvicorn.run(
-        app,
+        # Several workers need an import string: each one imports this module anew.
+        "baseline_app:app" if args.workers > 1 else app,
+        app_dir=str(Path(__file__).parent),
+        workers=args.workers,
         host=args.host,
         port=args.port,
         loop="uvloop",

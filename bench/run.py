@@ -6,12 +6,13 @@ Each target is started as a subprocess on a free port, warmed up, then driven by
 ``wrk -t2 -c32 -d<duration>s`` (bench/wrk/*.lua); the table goes to stdout and, with
 the machine's description, to ``bench/results/<timestamp>.json``.
 
-- **execauth**: the real ``execauth serve`` (one uvicorn worker, SQLite WAL with
+- **execauth**: the real ``execauth serve`` (``--workers``, default one per core, SQLite WAL with
   ``synchronous=FULL``, group commit) on a fresh database; an organization on an
   unmetered plan with a rate limit far above the load (the limiter still runs),
   an execute key, and bench/policy.yaml (10 rules across 3 surfaces). Every
   request is a PERMIT with a fresh Idempotency-Key: evaluated, signed, committed.
-- **baseline**: bench/baseline_app.py, the same server stack with a trivial handler.
+- **baseline**: bench/baseline_app.py, the same server stack and worker count with a
+  trivial handler.
 - **cerbos**: the Cerbos PDP (``npm install @cerbos/cerbos-linux-x64`` into
   bench/.cerbos), bench/cerbos/policies, decision log to a file; its default
   GOMAXPROCS (all cores).
@@ -139,6 +140,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
+def uvicorn_workers(count: int) -> str:
+    return f"{count} (uvicorn worker{'s' if count > 1 else ''})"
+
+
 def clean_env(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
     return env | settings
@@ -146,7 +151,7 @@ def clean_env(**settings: str) -> dict[str, str]:
 
 # --- targets ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def execauth_server(workdir: Path, database_url: str, name: str) -> Iterator[Server]:
+def execauth_server(workdir: Path, database_url: str, name: str, workers: int) -> Iterator[Server]:
     """``execauth serve`` with an org, an execute key and bench/policy.yaml in place."""
     home = workdir / name
     home.mkdir()
@@ -160,10 +165,25 @@ def execauth_server(workdir: Path, database_url: str, name: str) -> Iterator[Ser
         EXECAUTH_CONFIG_FILE=str(home / "execauth.toml"),
         EXECAUTH_ISSUER=f"http://127.0.0.1:{port}",
     )
-    argv = [str(BIN / "execauth"), "serve", "--port", str(port), "--log-level", "warning"]
+    argv = [
+        str(BIN / "execauth"),
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+    ]
     url = f"http://127.0.0.1:{port}"
     with started(
-        name, argv, env=env, cwd=home, url=url, ready_path="/readyz", workers="1 (uvicorn)"
+        name,
+        argv,
+        env=env,
+        cwd=home,
+        url=url,
+        ready_path="/readyz",
+        workers=uvicorn_workers(workers),
     ) as server:
         api_key = provision(url, admin)
         server.extra["api_key"] = api_key
@@ -230,9 +250,16 @@ def wrk_body_sample() -> str:
 
 
 @contextlib.contextmanager
-def baseline_server(workdir: Path) -> Iterator[Server]:
+def baseline_server(workdir: Path, workers: int) -> Iterator[Server]:
     port = free_port()
-    argv = [sys.executable, str(BENCH / "baseline_app.py"), "--port", str(port)]
+    argv = [
+        sys.executable,
+        str(BENCH / "baseline_app.py"),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     with started(
         "baseline",
         argv,
@@ -240,7 +267,7 @@ def baseline_server(workdir: Path) -> Iterator[Server]:
         cwd=workdir,
         url=f"http://127.0.0.1:{port}",
         ready_path="/readyz",
-        workers="1 (uvicorn)",
+        workers=uvicorn_workers(workers),
     ) as server:
         yield server
 
@@ -359,9 +386,22 @@ def run_wrk(
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, all its threads included (/proc/PID/stat)."""
+    """User + system CPU time of a process and its live children (uvicorn's workers),
+    all threads included (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError):  # a child that ended meanwhile
+            total += cpu_seconds(child)
+    return total
+
+
+def child_pids(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return children
 
 
 def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) -> dict[str, Any]:
@@ -416,9 +456,9 @@ def profile_execauth(
     # The flame graph shows every thread (idle ones excluded); the summary counts only
     # samples that hold the GIL, i.e. where the one core Python can use actually goes.
     recordings = (
-        ("flamegraph", ["--format", "flamegraph", "--threads"]),
-        ("speedscope", ["--format", "speedscope", "--threads"]),
-        ("raw", ["--format", "raw", "--threads", "--gil"]),
+        ("flamegraph", ["--format", "flamegraph", "--threads", "--subprocesses"]),
+        ("speedscope", ["--format", "speedscope", "--threads", "--subprocesses"]),
+        ("raw", ["--format", "raw", "--threads", "--gil", "--subprocesses"]),
     )
     procs = [
         subprocess.Popen(
@@ -467,8 +507,8 @@ def summarize_collapsed(text: str, limit: int = 25) -> dict[str, Any]:
         count = int(count_text)
         total += count
         frames = [_frame_name(f) for f in stack.split(";")]
-        if frames and frames[0].startswith(("thread ", "process ")):
-            frames = frames[1:]  # --threads puts the thread id first
+        while frames and frames[0].startswith(("thread ", "process ")):
+            frames = frames[1:]  # --subprocesses and --threads put process and thread first
         if not frames:
             continue
         role = _thread_role(stack)
@@ -515,7 +555,8 @@ def stage_shares(inclusive: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _thread_role(stack: str) -> str:
-    root = stack.split(";", 1)[0]  # "thread (TID): NAME" with --threads
+    # "thread (TID): NAME" with --threads, after "process PID: …" with --subprocesses
+    root = next((f for f in stack.split(";", 2)[:2] if f.startswith("thread ")), "")
     if "execauth-writer" in root or "ReceiptWriter._run" in stack:
         return "receipt writer thread"
     if "MainThread" in root:
@@ -610,6 +651,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="warm-up seconds per target [3]")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads [2]")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections [32]")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="server processes of execauth and the baseline [one per core]",
+    )
     parser.add_argument("--postgres", action="store_true", help="also run execauth on PostgreSQL")
     parser.add_argument("--profile", action="store_true", help="py-spy execauth under load")
     parser.add_argument(
@@ -639,7 +686,7 @@ def main() -> int:
     try:
         if "execauth" in targets:
             db = f"sqlite:///{workdir / 'execauth.db'}"
-            with execauth_server(workdir, db, "execauth") as server:
+            with execauth_server(workdir, db, "execauth", args.workers) as server:
                 env = {"BENCH_API_KEY": server.extra["api_key"]}
                 rows.append(measure(server, "execauth.lua", load, env) | server.extra)
                 if args.profile:
@@ -648,12 +695,12 @@ def main() -> int:
                 admin_url = os.environ.get("EXECAUTH_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
                 with (
                     fresh_postgres_database(admin_url) as pg_url,
-                    execauth_server(workdir, pg_url, "execauth-postgres") as server,
+                    execauth_server(workdir, pg_url, "execauth-postgres", args.workers) as server,
                 ):
                     env = {"BENCH_API_KEY": server.extra["api_key"]}
                     rows.append(measure(server, "execauth.lua", load, env) | server.extra)
         if "baseline" in targets:
-            with baseline_server(workdir) as server:
+            with baseline_server(workdir, args.workers) as server:
                 rows.append(measure(server, "baseline.lua", load, {}))
         if "cerbos" in targets:
             with cerbos_server(workdir) as server:
