@@ -20,7 +20,6 @@ lost connection, a dead writer or a reply that does not come in time is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
@@ -72,6 +71,30 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(length)
 
 
+class _Outbox:
+    """Frames written during one turn of the event loop leave in one send.
+
+    Each send wakes the peer process; under load a turn produces many frames (a
+    committed batch's replies, the requests of many connections) and one wake-up
+    carries them all. Nothing waits for a flush: it is the next thing the loop does.
+    In-flight requests bound what can pile up, so there is no separate back-pressure.
+    """
+
+    def __init__(self, stream: asyncio.StreamWriter) -> None:
+        self.stream = stream
+        self._frames: list[bytes] = []
+
+    def put(self, frame: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if not self.stream.is_closing():
+            self.stream.write(b"".join(frames))
+
+
 # --- the writer process's side -----------------------------------------------------------
 class WriterServer:
     """Accepts gateway connections and answers each ``WriteRequest`` once it is committed."""
@@ -104,13 +127,14 @@ class WriterServer:
         self._connections.add(task)
         self._idle.clear()
         pending: set[asyncio.Task[None]] = set()
+        outbox = _Outbox(writer)
         try:
             while True:
                 try:
                     request = _decode_request(await _read_frame(reader))
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the gateway went away
-                one = asyncio.create_task(self._answer(request, writer))
+                one = asyncio.create_task(self._answer(request, outbox))
                 pending.add(one)
                 one.add_done_callback(pending.discard)
         except Exception:
@@ -125,7 +149,7 @@ class WriterServer:
             if not self._connections:
                 self._idle.set()
 
-    async def _answer(self, request: WriteRequest, out: asyncio.StreamWriter) -> None:
+    async def _answer(self, request: WriteRequest, out: _Outbox) -> None:
         try:
             prior = await self._write(request.record, request.quota)
             reply = (
@@ -140,10 +164,7 @@ class WriterServer:
         except Exception:
             log.exception("writing a receipt failed")
             reply = WriteReply(request.id, "unavailable", detail="the receipt could not be stored")
-        if not out.is_closing():
-            out.write(_frame(reply))
-            with contextlib.suppress(ConnectionError):
-                await out.drain()
+        out.put(_frame(reply))
 
 
 # --- the gateway's side ------------------------------------------------------------------
@@ -155,7 +176,7 @@ class RemoteReceiptWriter:
         self.timeout_seconds = timeout_seconds
         self._next_id = 0
         self._waiting: dict[int, asyncio.Future[WriteReply]] = {}
-        self._stream: asyncio.StreamWriter | None = None
+        self._outbox: _Outbox | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
 
@@ -163,9 +184,9 @@ class RemoteReceiptWriter:
         """Nothing to start: the first write (or ``ready``) connects, on the serving loop."""
 
     def stop(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        if self._outbox is not None:
+            self._outbox.stream.close()
+            self._outbox = None
 
     async def ready(self) -> bool:
         """Whether the writer process answers (``/readyz``)."""
@@ -179,13 +200,13 @@ class RemoteReceiptWriter:
         self, record: ExecutionRecord, quota: QuotaCheck | None = None
     ) -> PriorExecution | None:
         """Durably store ``record`` (see ``ReceiptWriter.write``); the same outcomes and errors."""
-        stream = await self._connection()
+        outbox = await self._connection()
         self._next_id += 1
         request_id = self._next_id
         reply_future: asyncio.Future[WriteReply] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = reply_future
         try:
-            stream.write(_frame(WriteRequest(request_id, record, quota)))
+            outbox.put(_frame(WriteRequest(request_id, record, quota)))
             reply = await asyncio.wait_for(reply_future, self.timeout_seconds)
         except TimeoutError as exc:
             raise ServiceUnavailable("the receipt store did not confirm the write in time") from exc
@@ -199,23 +220,23 @@ class RemoteReceiptWriter:
             raise quota.exceeded(datetime.fromtimestamp(record.decided_at_ms / 1000, UTC))
         raise ServiceUnavailable(reply.detail or "the receipt could not be stored")
 
-    async def _connection(self) -> asyncio.StreamWriter:
-        if self._stream is not None and not self._stream.is_closing():
-            return self._stream
+    async def _connection(self) -> _Outbox:
+        if self._outbox is not None and not self._outbox.stream.is_closing():
+            return self._outbox
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            if self._stream is not None and not self._stream.is_closing():
-                return self._stream
+            if self._outbox is not None and not self._outbox.stream.is_closing():
+                return self._outbox
             try:
                 reader, stream = await asyncio.wait_for(
                     asyncio.open_unix_connection(self.socket_path), CONNECT_TIMEOUT_SECONDS
                 )
             except (OSError, TimeoutError) as exc:
                 raise ServiceUnavailable("the receipt writer process is not reachable") from exc
-            self._stream = stream
+            self._outbox = _Outbox(stream)
             self._reader_task = asyncio.create_task(self._read_replies(reader, stream))
-            return stream
+            return self._outbox
 
     async def _read_replies(
         self, reader: asyncio.StreamReader, stream: asyncio.StreamWriter
@@ -232,8 +253,8 @@ class RemoteReceiptWriter:
             log.exception("unreadable reply from the receipt writer process")
         finally:
             stream.close()
-            if self._stream is stream:
-                self._stream = None
+            if self._outbox is not None and self._outbox.stream is stream:
+                self._outbox = None
             # Whatever was sent on this connection may or may not be stored: the
             # requests fail (503) and a retry with the same Idempotency-Key settles it.
             lost = ServiceUnavailable("the receipt writer process went away")
