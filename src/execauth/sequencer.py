@@ -62,10 +62,12 @@ class Sequencer:
         self._thread = threading.Thread(target=self._run, name="execauth-sequencer", daemon=True)
         self._thread.start()
 
-    def _step_on(self, conn: Connection) -> None:
+    def _step_on(self, conn: Connection) -> bool:
+        """One bounded step on the writer's thread; ``True`` when receipts are still pending."""
         now = self._clock()
         decided = sequence_pending(conn, limit=WRITER_BATCH, now=now, sign=self._sign)
         self._observe(now, decided)
+        return len(decided) == WRITER_BATCH
 
     def stop(self) -> None:
         self._stop.set()

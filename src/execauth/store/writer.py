@@ -67,12 +67,13 @@ class ReceiptWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
-        self._background: Callable[[Connection], None] | None = None
+        self._background: Callable[[Connection], bool] | None = None
         self._background_interval = 1.0
         self._background_last = 0.0
 
-    def run_in_background(self, job: Callable[[Connection], None], interval: float) -> None:
-        """Run ``job`` in its own transaction on the writer's connection, every ``interval``.
+    def run_in_background(self, job: Callable[[Connection], bool], interval: float) -> None:
+        """Run ``job`` in its own transaction on the writer's connection, every ``interval``;
+        again after the next batch, without waiting, while it returns ``True`` (more to do).
 
         SQLite has one write lock; a second writing thread (the sequencer) would make
         this one sleep in SQLite's busy handler. Interleaving the sequencer's work
@@ -158,7 +159,11 @@ class ReceiptWriter:
                 self._connection = self.engine.connect()
             with self._lock.held(), self._connection.begin():
                 begin_writing(self._connection)
-                job(self._connection)
+                more = job(self._connection)
+            if more:
+                # A backlog: keep alternating with receipt batches until it is gone, or
+                # under sustained load the log would fall further behind every second.
+                self._background_last -= self._background_interval
         except Exception:
             # Rolled back whole; the next round does the same work again.
             log.exception("background job on the writer failed")
