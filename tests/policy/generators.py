@@ -6,15 +6,20 @@ the 10,000-execution replay tests call it with a seeded ``Random`` for speed. Bo
 what a client might send: known fields with values of every type (so conditions meet
 missing fields and wrong types), unknown extra fields, sometimes ``metadata`` whose keys
 clash with ``context`` (the parser then refuses the body, as the gateway would).
+``python_values`` goes further than any body: Python values the parser would refuse and
+CEL cannot always hold, for properties of the engine itself.
 """
 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict, UserDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from hypothesis import strategies as st
@@ -108,3 +113,41 @@ def random_now(rng: random.Random, start: datetime) -> datetime:
 def request_bodies(vocabulary: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
     """``random_body`` as a Hypothesis strategy."""
     return st.randoms(use_true_random=False).map(partial(random_body, vocabulary=vocabulary))
+
+
+class Text(str):
+    """A ``str`` subclass: measured and converted unlike a ``str``."""
+
+
+# Values a request could hold only if it bypassed the parser: what CEL cannot convert
+# (lone surrogates, integers beyond 64 bits, sets, dates, keys that are None, floats or
+# tuples), what it converts its own way (naive or offset datetimes, tuples, Decimal),
+# and mappings and strings that are not exactly dict and str.
+ODD_SCALARS: tuple[Any, ...] = (
+    "\ud800", "é\udfff", 2**63, 2**64, -(2**63) - 1, 10**400, float("nan"), float("inf"),
+    b"\xff", bytearray(b"x"), frozenset({1}), Decimal("1.5"), date(2026, 1, 1),
+    datetime(2026, 1, 1), datetime(2026, 1, 1, tzinfo=UTC), timedelta(seconds=5),
+    datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=2))), Text("main"), (1, "x"),
+    {1: "x"}, {None: 1}, {1.5: 2}, {(1,): 2}, {True: 1}, {2**64: 1}, {"\ud800": 1},
+)  # fmt: skip
+_keys = st.text(max_size=3) | st.integers(-3, 3) | st.sampled_from(("\ud800", 2**64, None, 1.5))
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    entries = st.dictionaries(_keys, inner, max_size=3)
+    return (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | entries
+        | entries.map(OrderedDict)
+        | entries.map(MappingProxyType)
+        | entries.map(UserDict)
+    )
+
+
+python_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+    | st.binary(max_size=2) | st.sampled_from(ODD_SCALARS),
+    _containers,
+    max_leaves=8,
+)  # fmt: skip

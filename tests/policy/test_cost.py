@@ -8,11 +8,13 @@ before it runs. No test here times anything: the outcome is what is asserted.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from execauth.errors import PolicyInvalid
 from execauth.policy.cost import (
@@ -21,6 +23,7 @@ from execauth.policy.cost import (
     MAX_EXPRESSION_LENGTH,
     ExpressionCost,
     InputSize,
+    _measure_iteratively,
     analyse,
     measure_input,
 )
@@ -28,6 +31,7 @@ from execauth.policy.decision import Decision, Outcome, PolicyRef, Reason
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import CompiledBlock, compile_policy, evaluate
 from execauth.policy.regex_cost import REGEX_UNICODE_CLASS, regex_compile_steps
+from tests.policy.generators import python_values
 
 NOW = datetime(2026, 1, 7, 12, 0, tzinfo=UTC)
 ORG = {"id": "org_test", "plan": "free"}
@@ -232,6 +236,20 @@ def test_source_the_analysis_cannot_read_has_no_bound() -> None:
     assert cost.steps(EMPTY_REQUEST) == float("inf")
 
 
+@pytest.mark.parametrize(
+    ("source", "free_up_to"),
+    [
+        ('actor == "x" && now.getHours() > 8', math.inf),  # no request measure in the bound
+        ("context.a == 1", analyse("context.a == 1").always_within),
+        ("payload.x == (1", -1.0),  # unbounded: no request is free
+    ],
+)
+def test_inputs_up_to_free_up_to_are_within_the_limit_unmeasured(
+    source: str, free_up_to: float
+) -> None:
+    assert analyse(source).free_up_to() == free_up_to
+
+
 def test_a_rule_whose_cost_cannot_be_bounded_is_silence() -> None:
     block = _block("payload.x == 1", publishing=False)
     unbounded = replace(block.rules[0], cost=ExpressionCost(None, unreadable="unreadable"))
@@ -252,6 +270,12 @@ def test_a_unicode_class_dominates_a_patterns_compile_cost() -> None:
 def test_counted_repetition_multiplies_a_group() -> None:
     once = regex_compile_steps("(?:\\pL[a-z])")
     assert regex_compile_steps("(?:\\pL[a-z]){10}") - once == pytest.approx(9 * (once - 500))
+
+
+@settings(max_examples=200, deadline=None)
+@given(python_values)
+def test_measuring_recursively_is_measuring_iteratively(value: Any) -> None:
+    assert measure_input(value) == _measure_iteratively(value)
 
 
 def test_measuring_the_input_is_iterative() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -269,6 +269,32 @@ def test_policy_sees_every_documented_variable(condition: str) -> None:
         payload={"amount": 10},
     )
     assert decision.outcome is Outcome.PERMIT, decision
+
+
+def test_the_variables_no_rule_reads_are_known_at_compile_time() -> None:
+    block = _block("- {id: r, permit: 'context.branch == \"main\" && now.getHours() > 1'}\n")
+    assert block.unused_variables == {"surface", "action", "actor", "payload", "org"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("action", "\ud800"), ("payload", {"when": date(2026, 3, 14)}), ("actor", 10**400)],
+    ids=["lone-surrogate", "date", "beyond-double"],
+)
+def test_a_value_cel_cannot_hold_is_silence_even_where_no_rule_reads_it(
+    variable: str, value: Any
+) -> None:
+    # Only what certainly converts is left out of the activation: the request fails whole,
+    # naming the variable, whether or not a rule reads it.
+    request = {"surface": "deploy.production", "context": {}, "payload": {}, variable: value}
+    ignores = _block("- {id: r, permit: 'true'}\n")
+    reads = _block(f"- {{id: r, permit: '{variable} != null'}}\n")
+    decision = evaluate(ignores, request, now=NOW, org=ORG)
+    assert decision == evaluate(reads, request, now=NOW, org=ORG)
+    assert (decision.outcome, decision.reason, decision.rule_id) == (
+        Outcome.SILENCE, Reason.EVALUATION_ERROR, None,
+    )  # fmt: skip
+    assert f"variable '{variable}'" in (decision.message or "")
 
 
 def test_metadata_is_seen_as_context() -> None:

@@ -4,6 +4,11 @@ Policies: one block with ``require`` paths and permit/deny rules whose CEL condi
 read context and payload fields — including conditions that fail on a missing field, a
 wrong type, a null actor or a division by zero. Requests: ``tests.policy.generators``
 (missing, extra and wrong-typed fields). Each property is one test.
+
+``evaluate`` decides without recording, ``trace`` records for explain: the last
+properties hold them to one another and to evaluation as it was before the activation
+left out the variables no rule reads (``_decided_as_before``), on ordinary requests,
+on values CEL cannot hold and on requests large enough for the cost limit to refuse.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import cel
@@ -21,13 +26,24 @@ from hypothesis import strategies as st
 
 from execauth.canonical import canonical_json
 from execauth.errors import InvalidRequest
+from execauth.policy.cost import _measure_iteratively
 from execauth.policy.decision import Decision, Outcome, PolicyRef, Reason
 from execauth.policy.document import parse_policy_document
-from execauth.policy.engine import CompiledBlock, compile_policy, evaluate
+from execauth.policy.engine import (
+    CompiledBlock,
+    CompiledRule,
+    _conclude,
+    _converts,
+    _present,
+    _run,
+    compile_policy,
+    evaluate,
+    trace,
+)
 from execauth.receipts import build_receipt
 from execauth.request import ExecuteRequest, parse_execute_request
 from execauth.wire_time import truncate_to_millis
-from tests.policy.generators import Vocabulary, request_bodies
+from tests.policy.generators import Vocabulary, python_values, request_bodies
 
 PROPERTIES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIELDS = ("a", "b", "n", "s", "xs", "m")
@@ -60,6 +76,8 @@ _safe_atom = st.one_of(
 )
 
 _any_atom = _risky_atom | _safe_atom
+# Quadratic in the list it reads: refused by the cost limit for a long enough list.
+_costly_atom = st.builds("{0}.all(x, {0}.exists(y, x == y))".format, _field)
 
 
 def _conditions(atom: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -306,3 +324,113 @@ def test_the_generated_conditions_do_fail() -> None:
     probe()
     assert any(failures)
     assert not all(failures)
+
+
+# --- evaluate, trace and evaluation as it was ------------------------------------------
+
+
+def _decided_as_before(
+    block: CompiledBlock, request: Mapping[str, Any], now: Any, org: Mapping[str, Any]
+) -> Decision:
+    """Evaluation before the lean path: every variable converted, the input measured
+    iteratively and every rule's cost checked before it runs (the reference)."""
+    for path in block.require:
+        if not _present(request, path):
+            message = f"required field {'.'.join(path)} is missing"
+            return Decision(Outcome.SILENCE, None, Reason.MISSING_CONTEXT, message)
+    try:
+        activation = cel.Context({**request, "now": now, "org": dict(org)})
+    except Exception as exc:  # the reference records any failure, as the engine does
+        message = f"request cannot be evaluated: {exc}"
+        return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, message)
+    size = _measure_iteratively({**request, "org": org})
+    permits: list[CompiledRule] = []
+    denies: list[CompiledRule] = []
+    for rule in block.rules:
+        value = _run(rule, activation, size)
+        if isinstance(value, str):
+            return Decision(Outcome.SILENCE, rule.id, Reason.EVALUATION_ERROR, value)
+        if value:
+            (permits if rule.effect == "permit" else denies).append(rule)
+    return _conclude(permits, denies)
+
+
+def _agree(block: CompiledBlock, request: Mapping[str, Any], now: Any, org: Any) -> Decision:
+    decision = evaluate(block, request, now=now, org=org)
+    assert decision == trace(block, request, now=now, org=org).decision
+    assert decision == _decided_as_before(block, request, now, org)
+    return decision
+
+
+@PROPERTIES
+@given(policies(), request_bodies(VOCABULARY), nows, orgs)
+def test_evaluate_decides_as_trace_and_as_before(
+    policy: Policy, body: dict[str, Any], now: datetime, org: dict[str, str]
+) -> None:
+    _agree(policy.block, _parsed(body).evaluation_input(), now, org)
+
+
+odd_nows = nows | st.sampled_from(
+    (datetime(2026, 3, 14, 12), datetime(2026, 3, 14, 12, tzinfo=timezone(timedelta(hours=-5))))
+)
+odd_requests = st.fixed_dictionaries(
+    {"surface": st.just("a.b")},
+    optional={name: python_values for name in ("action", "actor", "context", "payload")},
+)
+
+
+@PROPERTIES
+@given(
+    policies(), odd_requests, odd_nows, orgs | st.dictionaries(st.text(max_size=2), python_values)
+)
+def test_evaluate_decides_as_trace_and_as_before_on_values_cel_cannot_hold(
+    policy: Policy, request: dict[str, Any], now: datetime, org: dict[str, Any]
+) -> None:
+    # A variable no rule reads is left out of the activation only when it certainly
+    # converts: a request CEL cannot hold is refused whole, naming the same variable.
+    _agree(policy.block, request, now, org)
+
+
+@PROPERTIES
+@given(python_values)
+def test_what_the_activation_leaves_out_certainly_converts(value: Any) -> None:
+    if _converts(value):
+        cel.Context({"x": value})  # does not raise
+
+
+def _with_long_list(request: dict[str, Any], length: int) -> dict[str, Any]:
+    return {**request, "payload": {**request["payload"], "xs": list(range(length))}}
+
+
+@PROPERTIES
+@given(
+    policies(_any_atom | _costly_atom),
+    request_bodies(VOCABULARY),
+    st.integers(0, 2000),
+    nows,
+    orgs,
+)
+def test_evaluate_decides_as_trace_and_as_before_when_requests_are_large(
+    policy: Policy, body: dict[str, Any], length: int, now: datetime, org: dict[str, str]
+) -> None:
+    # Past CompiledBlock.free_up_to, evaluate checks each rule's cost, as trace does.
+    request = _with_long_list(_parsed(body).evaluation_input(), length)
+    _agree(policy.block, request, now, org)
+
+
+def test_the_large_requests_do_reach_the_cost_limit() -> None:
+    """The last property is not vacuous: rules are refused, and others run past the bound."""
+    messages: list[str] = []
+
+    @settings(max_examples=80, deadline=None, database=None)
+    @given(policies(_costly_atom), st.integers(0, 2000))
+    def probe(policy: Policy, length: int) -> None:
+        empty: dict[str, Any] = {"surface": "a.b", "context": {}, "payload": {}}
+        request = _with_long_list(_with_required_paths(empty, policy.require), length)
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        decision = evaluate(policy.block, request, now=now, org={"id": "org_p", "plan": "free"})
+        messages.append(decision.message or "")
+
+    probe()
+    assert any("exceeds the evaluation cost limit" in m for m in messages)
+    assert not all("exceeds the evaluation cost limit" in m for m in messages)

@@ -27,6 +27,7 @@ for an empty request. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,18 @@ class ExpressionCost:
         if max(size.total, size.chars) <= self.always_within:
             return True
         return self.steps(size) <= MAX_EVALUATION_COST
+
+    def free_up_to(self) -> float:
+        """``within_limit`` holds for every input whose ``max(total, chars)`` is at most this.
+
+        Infinite when the bound is a constant within the limit (no input need be measured);
+        negative when no input is within it (the bound is unknown or a constant over it).
+        """
+        if self.bound is None or self.unreadable is not None:
+            return -1.0
+        if all(monomial == (0, 0, 0, 0) for monomial in self.bound.terms):
+            return math.inf if self.bound.at((0, 0, 0, 0)) <= MAX_EVALUATION_COST else -1.0
+        return float(self.always_within)
 
 
 def analyse(source: str) -> ExpressionCost:
@@ -132,10 +145,76 @@ def publish_problems(source: str, cost: ExpressionCost) -> list[str]:
 
 
 def measure_input(value: Any) -> InputSize:
-    """The measures of ``value`` (iteratively: inputs may nest deeper than Python recurses).
+    """The measures of ``value``; on every request, so written for speed (exact types first).
 
-    Runs on every request, so it is written for speed: exact type checks first.
+    Recursion is the fast way in Python; a value nested deeper than ``_RECURSION_DEPTH``
+    (which a request may be, deeper than Python recurses) is measured iteratively.
     """
+    try:
+        return _measure_recursively(value)
+    except (_TooDeep, RecursionError):
+        return _measure_iteratively(value)
+
+
+_RECURSION_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    """``_measure_recursively`` met a value nested deeper than ``_RECURSION_DEPTH``."""
+
+
+def _measure_recursively(value: Any) -> InputSize:
+    largest = element = chars = 0
+
+    def collection(item: Any, is_list: bool, depth: int) -> int:
+        """The weight of a list, tuple or mapping, updating the other measures on the way."""
+        nonlocal largest, element, chars
+        if depth > _RECURSION_DEPTH:
+            raise _TooDeep
+        size = len(item)
+        if size > largest:
+            largest = size
+        if is_list:
+            weight, children = 1, item
+        else:
+            for key in item:
+                if type(key) in (str, bytes) and len(key) > chars:
+                    chars = len(key)
+            weight, children = 1 + MAP_ENTRY * size, item.values()
+        for child in children:
+            kind = type(child)
+            if kind is str or kind is bytes:
+                if len(child) > chars:
+                    chars = len(child)
+                child_weight = 1
+            elif kind is list or kind is tuple:
+                child_weight = collection(child, True, depth + 1)
+            elif kind is dict:
+                child_weight = collection(child, False, depth + 1)
+            elif kind in _SCALARS or not isinstance(child, Mapping):
+                child_weight = 1
+            else:
+                child_weight = collection(child, False, depth + 1)
+            if is_list and child_weight > element:
+                element = child_weight
+            weight += child_weight
+        return weight
+
+    kind = type(value)
+    if kind is list or kind is tuple:
+        total = collection(value, True, 0)
+    elif kind is dict or (kind not in (str, bytes) and isinstance(value, Mapping)):
+        total = collection(value, False, 0)
+    else:
+        return _measure_iteratively(value)  # a scalar: nothing to recurse into
+    return InputSize(largest, total, max(element, 1), chars)
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})  # common, and no Mapping
+
+
+def _measure_iteratively(value: Any) -> InputSize:
+    """``measure_input`` with an explicit stack, for values of any depth."""
     largest = element = chars = 0
     # Post-order: each open collection is [its children, its weight so far, is a list].
     stack: list[list[Any]] = []

@@ -3,16 +3,20 @@
 Evaluation is a pure function of (compiled policy, normalized request, ``now``,
 org facts): replay re-runs it and must reproduce decision, rule and reason
 exactly (DESIGN.md §5). Every failure inside evaluation becomes SILENCE; nothing
-here can turn an error into PERMIT. ``trace`` is the one implementation: ``evaluate``
-returns its decision and ``policy.explain`` renders the rest, so the two never disagree.
+here can turn an error into PERMIT. ``trace`` records every step for ``policy.explain``;
+``evaluate``, on the request path, decides without recording: it shares with ``trace``
+the require check, the CEL activation, the cost check, each rule's messages and the
+conclusion, and hands any request that needs a rule's cost computed to ``trace``'s loop.
+Agreement of the two is a property test (tests/policy/test_properties.py).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import cel
@@ -69,6 +73,18 @@ class CompiledBlock:
     pattern: SurfacePattern
     require: tuple[tuple[str, ...], ...]
     rules: tuple[CompiledRule, ...]
+    # What evaluation needs that no request changes, derived once (``__post_init__``):
+    require_paths: tuple[tuple[str, tuple[str, ...]], ...] = field(init=False, compare=False)
+    unused_variables: frozenset[str] = field(init=False, compare=False)  # read by no rule
+    free_up_to: float = field(init=False, compare=False)  # the least ExpressionCost.free_up_to
+
+    def __post_init__(self) -> None:
+        used = {name for rule in self.rules for name in rule.program.variables()}
+        free = min((rule.cost.free_up_to() for rule in self.rules), default=math.inf)
+        # A frozen dataclass sets its derived fields through object.__setattr__.
+        object.__setattr__(self, "require_paths", tuple((".".join(p), p) for p in self.require))
+        object.__setattr__(self, "unused_variables", frozenset(VARIABLES) - used)
+        object.__setattr__(self, "free_up_to", free)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +219,7 @@ class RuleResult:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """Everything ``evaluate`` looked at, and the decision-table row it ended in.
+    """Everything an evaluation looks at, and the decision-table row it ends in.
 
     ``rules`` holds the rules that were considered, in order; rules after the first
     error were not run and are absent.
@@ -220,41 +236,72 @@ class Trace:
 def evaluate(
     block: CompiledBlock, request: Mapping[str, Any], *, now: datetime, org: Mapping[str, Any]
 ) -> Decision:
-    """Decide one normalized request (``ExecuteRequest.evaluation_input()``) under ``block``."""
-    return trace(block, request, now=now, org=org).decision
+    """Decide one normalized request (``ExecuteRequest.evaluation_input()``) under ``block``.
+
+    ``trace(...).decision``, without recording the steps. A request small enough that no
+    rule's cost bound can exceed the limit (``CompiledBlock.free_up_to``) runs the rules
+    directly; any other is handed to ``trace``'s loop, which checks each rule's bound.
+    """
+    for path, keys in block.require_paths:
+        if not _present(request, keys):
+            return _missing(path)
+    activation = _activation(block, request, now, org)
+    if isinstance(activation, str):
+        return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, activation)
+    if block.free_up_to != math.inf:
+        size = measure_input({**request, "org": org})
+        if max(size.total, size.chars) > block.free_up_to:
+            return _run_rules(block, (), activation, size).decision
+    permits: list[CompiledRule] = []
+    denies: list[CompiledRule] = []
+    for rule in block.rules:
+        try:
+            value = rule.program.execute(activation)
+        except Exception as exc:  # noqa: BLE001 - as in _run: any failure is SILENCE
+            return _failed(rule, _raised(rule, exc))
+        if value is True:
+            if rule.effect == "permit":
+                permits.append(rule)
+            elif rule.effect == "deny":
+                denies.append(rule)
+        elif value is not False:
+            return _failed(rule, _not_boolean(rule, value))
+    return _conclude(permits, denies)
 
 
 def trace(
     block: CompiledBlock, request: Mapping[str, Any], *, now: datetime, org: Mapping[str, Any]
 ) -> Trace:
     """Evaluate ``request`` under ``block``, recording each step (DESIGN.md §5)."""
-    requires = tuple(RequireCheck(".".join(p), _present(request, p)) for p in block.require)
+    requires = tuple(
+        RequireCheck(path, _present(request, keys)) for path, keys in block.require_paths
+    )
     missing = next((check for check in requires if not check.present), None)
     if missing is not None:
-        decision = Decision(
-            Outcome.SILENCE,
-            None,
-            Reason.MISSING_CONTEXT,
-            f"required field {missing.path} is missing",
-        )
-        return Trace(block, decision, requires, (), "a require path is missing", None)
-    try:
-        activation = cel.Context({**request, "now": now, "org": dict(org)})
-    except Exception as exc:  # noqa: BLE001 - any conversion failure is indeterminate, never PERMIT
-        decision = Decision(
-            Outcome.SILENCE, None, Reason.EVALUATION_ERROR, f"request cannot be evaluated: {exc}"
-        )
+        return Trace(block, _missing(missing.path), requires, (), "a require path is missing", None)
+    activation = _activation(block, request, now, org)
+    if isinstance(activation, str):
+        decision = Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, activation)
         return Trace(block, decision, requires, (), "the request cannot be evaluated", None)
-
     # Measured once per request, for every rule's cost bound (the activation's variables).
-    size = measure_input({**request, "org": org})
+    return _run_rules(block, requires, activation, measure_input({**request, "org": org}))
+
+
+def _run_rules(
+    block: CompiledBlock,
+    requires: tuple[RequireCheck, ...],
+    activation: cel.Context,
+    size: InputSize,
+) -> Trace:
+    """Run the rules in order, each checked against the cost limit, until one fails."""
     results: list[RuleResult] = []
     for rule in block.rules:
         value = _run(rule, activation, size)
         if isinstance(value, str):
             results.append(RuleResult(rule, None, value))
-            decision = Decision(Outcome.SILENCE, rule.id, Reason.EVALUATION_ERROR, value)
-            return Trace(block, decision, requires, tuple(results), "a condition failed", size)
+            return Trace(
+                block, _failed(rule, value), requires, tuple(results), "a condition failed", size
+            )
         results.append(RuleResult(rule, value, None))
 
     permits = [r.rule for r in results if r.matched and r.rule.effect == "permit"]
@@ -262,6 +309,74 @@ def trace(
     return Trace(
         block, _conclude(permits, denies), requires, tuple(results), _row(permits, denies), size
     )
+
+
+def _activation(
+    block: CompiledBlock, request: Mapping[str, Any], now: datetime, org: Mapping[str, Any]
+) -> cel.Context | str:
+    """The CEL variables of one evaluation, or why the request cannot be evaluated.
+
+    Converting a value to CEL is the largest fixed cost of an evaluation (about 2 µs a
+    string), so the variables no rule of the block reads are left out; but only when they
+    certainly convert (``_converts``), so that a request with a value CEL cannot hold
+    fails whole, naming the same variable, as it does when every variable is converted.
+    """
+    try:
+        variables = {**request, "now": now, "org": dict(org)}
+        unused = block.unused_variables
+        if unused and all(_converts(variables.get(name)) for name in unused):
+            for name in unused:
+                variables.pop(name, None)
+        return cel.Context(variables)
+    except Exception as exc:  # noqa: BLE001 - any conversion failure is indeterminate, never PERMIT
+        return f"request cannot be evaluated: {exc}"
+
+
+_MAX_CHECKED_DEPTH = 16  # deeper values are converted rather than checked
+_INT_MIN, _UINT_END = -(2**63), 2**64  # CEL int is i64, uint u64
+
+
+def _converts(value: Any, depth: int = 0) -> bool:
+    """Whether ``cel.Context`` certainly converts ``value`` (False: it may not).
+
+    The conversions of the ``cel`` package (0.10, ``RustyPyType::try_into_value``) for
+    the values a normalized request holds and for ``now``; anything else may not convert.
+    """
+    kind = type(value)
+    if kind is str:
+        return _converts_text(value)
+    if value is None or kind is bool or kind is float or kind is bytes:
+        return True
+    if kind is int:
+        return bool(_INT_MIN <= value < _UINT_END)
+    if kind is datetime:
+        return value.tzinfo is UTC  # a naive one is read in local time, which can be ambiguous
+    if depth >= _MAX_CHECKED_DEPTH:
+        return False
+    if kind is list or kind is tuple:
+        return all(_converts(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(_converts_key(k) and _converts(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _converts_key(key: Any) -> bool:
+    """A map key CEL takes: an int (i64 or u64), a bool or a string."""
+    kind = type(key)
+    if kind is str:
+        return _converts_text(key)
+    return kind is bool or (kind is int and _INT_MIN <= key < _UINT_END)
+
+
+def _converts_text(text: str) -> bool:
+    """CEL strings are UTF-8: a lone surrogate (``json.loads`` accepts ``"\\ud800"``) fails."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _run(rule: CompiledRule, activation: cel.Context, size: InputSize) -> bool | str:
@@ -279,10 +394,28 @@ def _run(rule: CompiledRule, activation: cel.Context, size: InputSize) -> bool |
     try:
         result = rule.program.execute(activation)
     except Exception as exc:  # noqa: BLE001 - CEL raises KeyError, TypeError, RuntimeError…
-        return f"rule {rule.id} could not be evaluated: {type(exc).__name__}: {exc}"
+        return _raised(rule, exc)
     if result is True or result is False:
         return bool(result)
+    return _not_boolean(rule, result)
+
+
+def _raised(rule: CompiledRule, exc: Exception) -> str:
+    return f"rule {rule.id} could not be evaluated: {type(exc).__name__}: {exc}"
+
+
+def _not_boolean(rule: CompiledRule, result: object) -> str:
     return f"rule {rule.id} returned {type(result).__name__}, not a boolean"
+
+
+def _failed(rule: CompiledRule, message: str) -> Decision:
+    return Decision(Outcome.SILENCE, rule.id, Reason.EVALUATION_ERROR, message)
+
+
+def _missing(path: str) -> Decision:
+    return Decision(
+        Outcome.SILENCE, None, Reason.MISSING_CONTEXT, f"required field {path} is missing"
+    )
 
 
 def _row(permits: list[CompiledRule], denies: list[CompiledRule]) -> str:
