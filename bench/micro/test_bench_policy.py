@@ -8,7 +8,7 @@ import pytest
 
 from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
-from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
+from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate, trace
 from execauth.request import parse_execute_request
 
 from .conftest import NOW, ORG_FACTS, policy_yaml
@@ -31,6 +31,18 @@ def test_evaluate(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
     decision = benchmark(evaluate, block, request, now=NOW, org=ORG_FACTS)
     assert decision.outcome is Outcome.PERMIT
     assert decision.rule_id == "release-from-main"
+
+
+@pytest.mark.parametrize("rules", RULE_COUNTS)
+def test_trace(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
+    """``trace``, what ``explain`` runs: ``evaluate``'s decision with every step recorded."""
+    selected = PolicySet([compiled(rules)]).select("deploy.production")
+    assert selected is not None
+    block = selected[1]
+    request = parse_execute_request(body, None).evaluation_input()
+    recorded = benchmark(trace, block, request, now=NOW, org=ORG_FACTS)
+    assert recorded.decision == evaluate(block, request, now=NOW, org=ORG_FACTS)
+    assert len(recorded.rules) == rules
 
 
 @pytest.mark.parametrize("rules", RULE_COUNTS)
