@@ -95,6 +95,13 @@ class _Outbox:
             self.stream.write(b"".join(frames))
 
 
+def _expire(future: asyncio.Future[WriteReply]) -> None:
+    if not future.done():
+        future.set_exception(
+            ServiceUnavailable("the receipt store did not confirm the write in time")
+        )
+
+
 # --- the writer process's side -----------------------------------------------------------
 class WriterServer:
     """Accepts gateway connections and answers each ``WriteRequest`` once it is committed."""
@@ -203,14 +210,17 @@ class RemoteReceiptWriter:
         outbox = await self._connection()
         self._next_id += 1
         request_id = self._next_id
-        reply_future: asyncio.Future[WriteReply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        reply_future: asyncio.Future[WriteReply] = loop.create_future()
         self._waiting[request_id] = reply_future
+        # A timer on the future itself: asyncio.wait_for would wrap it in more future
+        # and callback machinery on every request.
+        deadline = loop.call_later(self.timeout_seconds, _expire, reply_future)
         try:
             outbox.put(_frame(WriteRequest(request_id, record, quota)))
-            reply = await asyncio.wait_for(reply_future, self.timeout_seconds)
-        except TimeoutError as exc:
-            raise ServiceUnavailable("the receipt store did not confirm the write in time") from exc
+            reply = await reply_future
         finally:
+            deadline.cancel()
             self._waiting.pop(request_id, None)
         if reply.outcome == "stored":
             return None

@@ -98,7 +98,8 @@ def is_well_formed_secret(secret: str) -> bool:
     if not secret.startswith(SECRET_PREFIX):
         return False
     rest = secret[len(SECRET_PREFIX) :]
-    if len(rest) != _BODY_LENGTH + _CHECKSUM_LENGTH or any(c not in _BASE62 for c in rest):
+    # ASCII letters and digits are exactly the base62 alphabet (checked in C, per request).
+    if len(rest) != _BODY_LENGTH + _CHECKSUM_LENGTH or not (rest.isascii() and rest.isalnum()):
         return False
     body, checksum = rest[:_BODY_LENGTH], rest[_BODY_LENGTH:]
     return secrets.compare_digest(_checksum(body), checksum)
