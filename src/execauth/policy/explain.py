@@ -1,8 +1,9 @@
 """Explain a decision: which blocks were considered, what each check and rule gave, and why.
 
-Pure, and built on ``engine.PolicySet.candidates``/``choose`` and ``engine.trace`` — the
-very functions ``select`` and ``evaluate`` use — so an explanation cannot disagree with
-the decision the server would take.
+Pure, and built on ``engine.PolicySet.candidates``/``choose`` (what ``select`` uses) and
+``engine.trace``, which shares its activation, rule checks and conclusion with the
+server's ``evaluate`` and is held equal to it by a property test, so an explanation
+cannot disagree with the decision the server would take.
 """
 
 from __future__ import annotations
