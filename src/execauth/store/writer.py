@@ -114,11 +114,15 @@ class ReceiptWriter:
             raise ServiceUnavailable("the receipt store is not accepting writes")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PriorExecution | None] = loop.create_future()
+        # A timer on the future itself (asyncio.wait_for would add a wrapper future and
+        # callbacks per request). A commit that lands after the deadline finds the future
+        # done and answers nobody: the client already has its 503.
+        deadline = loop.call_later(self.timeout_seconds, _expire, future)
         self._queue.put(_Pending(record, quota, loop, future))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.timeout_seconds)
-        except TimeoutError as exc:
-            raise ServiceUnavailable("the receipt store did not confirm the write in time") from exc
+            return await future
+        finally:
+            deadline.cancel()
 
     # the writer thread ------------------------------------------------------
     def _run(self) -> None:
@@ -215,6 +219,13 @@ class ReceiptWriter:
         if self.on_commit is not None:
             self.on_commit(len(batch), time.perf_counter() - started)
         return results
+
+
+def _expire(future: asyncio.Future[PriorExecution | None]) -> None:
+    if not future.done():
+        future.set_exception(
+            ServiceUnavailable("the receipt store did not confirm the write in time")
+        )
 
 
 _Outcome = tuple[_Pending, PriorExecution | None, BaseException | None]
