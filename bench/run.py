@@ -542,6 +542,7 @@ STAGES = (
     ("build the receipt", "build_receipt"),
     ("sign (JCS + Ed25519 + SHA-256)", "sign_receipt"),
     ("await the writer's commit", "ReceiptWriter.write"),
+    ("hand to the writer process (--workers)", "RemoteReceiptWriter.write"),
     ("encode the response", "json_response"),
     ("writer: insert + commit", "ReceiptWriter._insert"),
     ("writer: sequencer (Merkle log)", "sequence_pending"),
@@ -559,6 +560,8 @@ def _thread_role(stack: str) -> str:
     root = next((f for f in stack.split(";", 2)[:2] if f.startswith("thread ")), "")
     if "execauth-writer" in root or "ReceiptWriter._run" in stack:
         return "receipt writer thread"
+    if "run_writer_process" in stack:
+        return "writer process: socket loop (--workers)"
     if "MainThread" in root:
         return "event loop (requests)"
     if "WorkerThread.run" in stack or "AnyIO" in root:
