@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, Engine, and_, func, or_, select
 from ulid import ULID
 
 from execauth.store.audit import append_lineage
@@ -65,29 +65,22 @@ def insert_execution(
     Returns ``None`` when stored, the prior execution when the idempotency key is
     taken (a repeat, not counted), or ``QUOTA_EXHAUSTED`` (nothing stored).
     """
+    sql = _statements(conn)
     if record.idempotency_key is not None:
         prior = prior_execution(conn, record.org_id, record.idempotency_key)
         if prior is not None:
             return prior
-    if quota is not None and not _consume_quota(conn, record.org_id, quota):
+    if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
         return QUOTA_EXHAUSTED
-    values = {field: getattr(record, field) for field in ExecutionRecord.__dataclass_fields__}
     if record.idempotency_key is None:
-        conn.execute(executions.insert().values(**values))
+        conn.exec_driver_sql(sql.insert, _row(record))
         return None
-    dialect = _dialect(conn)
-    statement = (
-        dialect.insert(executions)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["org_id", "idempotency_key"])
-        .returning(executions.c.execution_id)
-    )
     # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
-    if conn.execute(statement).first() is not None:
+    if conn.exec_driver_sql(sql.insert_new_key, _row(record)).first() is not None:
         return None
     # Another instance stored the same key between our check and our insert.
     if quota is not None:
-        _refund_quota(conn, record.org_id, quota)
+        conn.exec_driver_sql(sql.add_to_count, (-1, record.org_id, quota.period))
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
     return prior
@@ -105,22 +98,24 @@ def insert_batch(
     meantime) aborts the transaction, and the writer redoes the batch one record
     at a time with ``insert_execution``.
     """
+    sql = _statements(conn)
     outcomes: list[WriteOutcome] = [None] * len(items)
     first_in_batch: dict[tuple[str, str], int] = {}
     repeats_in_batch: dict[int, int] = {}  # position -> position of the record it repeats
-    priors = _priors(conn, items)
+    priors = _priors(conn, sql, items)
     fresh: list[int] = []
     for position, (record, _) in enumerate(items):
         key = record.idempotency_key
         if key is not None:
-            prior = priors.get((record.org_id, key))
+            org_key = (record.org_id, key)
+            prior = priors.get(org_key)
             if prior is not None:
                 outcomes[position] = prior
                 continue
-            if (record.org_id, key) in first_in_batch:
-                repeats_in_batch[position] = first_in_batch[(record.org_id, key)]
+            if org_key in first_in_batch:
+                repeats_in_batch[position] = first_in_batch[org_key]
                 continue
-            first_in_batch[(record.org_id, key)] = position
+            first_in_batch[org_key] = position
         fresh.append(position)
 
     counted: dict[tuple[str, str], list[int]] = {}
@@ -129,10 +124,12 @@ def insert_batch(
         if quota is not None:
             counted.setdefault((record.org_id, quota.period), []).append(position)
     refused = set()
-    for (org_id, _), positions in counted.items():
+    # Counter rows are locked in one order (org, period) by every writer, so that two
+    # instances' batches never wait for each other's counters (a deadlock on PostgreSQL).
+    for (org_id, _), positions in sorted(counted.items()):
         quota = items[positions[0]][1]
         assert quota is not None
-        granted = _consume_quota_many(conn, org_id, quota, len(positions))
+        granted = _grant(conn, sql, org_id, quota, len(positions))
         for position in positions[granted:]:
             outcomes[position] = QUOTA_EXHAUSTED
             refused.add(position)
@@ -140,37 +137,100 @@ def insert_batch(
         # A repeat shares the fate of the record it repeats: stored, or refused.
         outcomes[position] = QUOTA_EXHAUSTED if source in refused else _as_prior(items[source][0])
 
-    rows = [
-        {field: getattr(items[p][0], field) for field in ExecutionRecord.__dataclass_fields__}
-        for p in fresh
-        if p not in refused
-    ]
+    rows = [_row(items[p][0]) for p in fresh if p not in refused]
     if rows:
-        conn.execute(executions.insert(), rows)
+        conn.exec_driver_sql(sql.insert, rows)  # one executemany
     return outcomes
 
 
+# The writer's statements, as SQL text. They run for every receipt, and through
+# SQLAlchemy's Core each execution also cost a cache-key walk over the statement and a
+# parameter dict per row: more CPU than the database's own work. exec_driver_sql hands
+# the text and the parameter tuples to the DB-API driver as they are.
+_COLUMNS = tuple(ExecutionRecord.__dataclass_fields__)
+assert set(_COLUMNS) <= set(executions.c.keys()), "ExecutionRecord names a missing column"
+_row = operator.attrgetter(*_COLUMNS)  # a record as its INSERT parameters (a tuple, in C)
+_INSERT = (
+    f"INSERT INTO executions ({', '.join(_COLUMNS)}) "  # noqa: S608 - constants only
+    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """One dialect's statements, written with SQLite's ``?`` placeholders."""
+
+    prior: str  # (org_id, key) -> the prior execution
+    priors: str  # every (org_id, key) of a batch -> (org_id, key, prior execution)
+    insert: str  # a record's columns, in _COLUMNS order
+    insert_new_key: str  # the same, or nothing when the key is taken; RETURNING
+    count_if_within: str  # (n, org, period, n, limit): add n if the total stays within limit
+    count: str  # (n, org, period): add n, no limit
+    ensure_counter: str  # (org, period)
+    current_count: str  # (org, period)
+    add_to_count: str  # (n, org, period)
+
+    def in_format_style(self, **changes: str) -> _Statements:
+        """The same statements with psycopg's ``%s`` placeholders, then ``changes``."""
+        converted = {
+            name: getattr(self, name).replace("?", "%s") for name in self.__dataclass_fields__
+        }
+        return _Statements(**(converted | changes))
+
+
+_SQLITE = _Statements(
+    prior="SELECT execution_id, request_digest, decision, receipt FROM executions"
+    " WHERE org_id = ? AND idempotency_key = ?",
+    # The batch's keys travel as one parameter (a JSON array of [org_id, key] pairs), so
+    # the text is the same whatever the batch size; each pair is one unique-index search.
+    priors="SELECT org_id, idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE (org_id, idempotency_key) IN"
+    " (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))",
+    insert=_INSERT,
+    insert_new_key=_INSERT
+    + " ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id",
+    count_if_within="UPDATE usage_counters SET executes = executes + ?"
+    " WHERE org_id = ? AND period = ? AND executes + ? <= ? RETURNING executes",
+    count="UPDATE usage_counters SET executes = executes + ?"
+    " WHERE org_id = ? AND period = ? RETURNING executes",
+    ensure_counter="INSERT INTO usage_counters (org_id, period, executes) VALUES (?, ?, 0)"
+    " ON CONFLICT (org_id, period) DO NOTHING",
+    current_count="SELECT executes FROM usage_counters WHERE org_id = ? AND period = ?",
+    add_to_count="UPDATE usage_counters SET executes = executes + ?"
+    " WHERE org_id = ? AND period = ?",
+)
+_POSTGRESQL = _SQLITE.in_format_style(
+    priors="SELECT org_id, idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE (org_id, idempotency_key) IN"
+    " (SELECT * FROM unnest(%s::varchar[], %s::varchar[]))",  # two arrays: orgs, keys
+    # SQLite's write lock is the transaction's; on PostgreSQL, lock the counter row.
+    current_count="SELECT executes FROM usage_counters WHERE org_id = %s AND period = %s"
+    " FOR UPDATE",
+)
+
+
+def _statements(conn: Connection) -> _Statements:
+    return _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
+
+
 def _priors(
-    conn: Connection, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]
+    conn: Connection,
+    sql: _Statements,
+    items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]],
 ) -> dict[tuple[str, str], PriorExecution]:
-    keys: dict[str, set[str]] = {}
-    for record, _ in items:
-        if record.idempotency_key is not None:
-            keys.setdefault(record.org_id, set()).add(record.idempotency_key)
-    found: dict[tuple[str, str], PriorExecution] = {}
-    for org_id, wanted in keys.items():
-        rows = conn.execute(
-            select(
-                executions.c.idempotency_key,
-                executions.c.execution_id,
-                executions.c.request_digest,
-                executions.c.decision,
-                executions.c.receipt,
-            ).where(executions.c.org_id == org_id, executions.c.idempotency_key.in_(wanted))
+    pairs = list({(r.org_id, r.idempotency_key) for r, _ in items if r.idempotency_key is not None})
+    if not pairs:
+        return {}
+    if sql is _POSTGRESQL:
+        parameters: tuple[Any, ...] = ([org for org, _ in pairs], [key for _, key in pairs])
+    else:
+        parameters = (json.dumps(pairs),)
+    return {
+        (org_id, key): PriorExecution(execution_id, digest, decision, bytes(receipt))
+        for org_id, key, execution_id, digest, decision, receipt in conn.exec_driver_sql(
+            sql.priors, parameters
         )
-        for key, execution_id, digest, decision, receipt in rows:
-            found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
-    return found
+    }
 
 
 def _as_prior(record: ExecutionRecord) -> PriorExecution:
@@ -179,80 +239,30 @@ def _as_prior(record: ExecutionRecord) -> PriorExecution:
     )
 
 
-def _consume_quota_many(conn: Connection, org_id: str, quota: QuotaCheck, wanted: int) -> int:
+def _grant(conn: Connection, sql: _Statements, org_id: str, quota: QuotaCheck, wanted: int) -> int:
     """Count up to ``wanted`` executes; return how many the limit allowed (in order).
 
-    The counter row is written first (taking SQLite's write lock, or the row lock
-    on PostgreSQL with FOR UPDATE) before it is read, so the grant is exact.
+    Usually one conditional UPDATE: it takes the counter row's lock (SQLite's write
+    lock, or the row lock on PostgreSQL, where a waiting UPDATE re-checks its
+    condition against the committed row), so concurrent writers in any number of
+    processes or instances are serialized on it and the count is exact. Only when
+    the row is missing (the period's first execute) or the limit is near is the
+    counter ensured, locked, read and then raised by exactly what still fits.
     """
-    counter = {"counter_org": org_id, "counter_period": quota.period}
-    conn.execute(_ENSURE_COUNTER[_dialect_name(conn)], counter)
-    current_query = _CURRENT_COUNT_FOR_UPDATE if _is_postgres(conn) else _CURRENT_COUNT
-    current = int(conn.execute(current_query, counter).scalar_one())
+    if quota.limit is None:
+        within = conn.exec_driver_sql(sql.count, (wanted, org_id, quota.period))
+    else:
+        parameters = (wanted, org_id, quota.period, wanted, quota.limit)
+        within = conn.exec_driver_sql(sql.count_if_within, parameters)
+    if within.first() is not None:
+        return wanted
+    counter = (org_id, quota.period)
+    conn.exec_driver_sql(sql.ensure_counter, counter)
+    current = int(conn.exec_driver_sql(sql.current_count, counter).scalar_one())
     granted = wanted if quota.limit is None else max(0, min(wanted, quota.limit - current))
     if granted:
-        conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": granted})
+        conn.exec_driver_sql(sql.add_to_count, (granted, org_id, quota.period))
     return granted
-
-
-def _dialect(conn: Connection) -> Any:
-    return postgresql if conn.dialect.name == "postgresql" else sqlite
-
-
-def _dialect_name(conn: Connection) -> str:
-    return "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
-
-
-def _is_postgres(conn: Connection) -> bool:
-    return bool(conn.dialect.name == "postgresql")
-
-
-# The quota statements run in every writer batch: built once, so that each
-# execution is a compiled-cache hit instead of a new statement tree to build and key.
-_COUNTER_ROW = (usage_counters.c.org_id == bindparam("counter_org")) & (
-    usage_counters.c.period == bindparam("counter_period")
-)
-_ENSURE_COUNTER = {
-    name: dialect.insert(usage_counters)
-    .values(org_id=bindparam("counter_org"), period=bindparam("counter_period"), executes=0)
-    .on_conflict_do_nothing(index_elements=["org_id", "period"])
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
-}
-_CURRENT_COUNT = select(usage_counters.c.executes).where(_COUNTER_ROW)
-_CURRENT_COUNT_FOR_UPDATE = _CURRENT_COUNT.with_for_update()
-_ADD_TO_COUNT = (
-    update(usage_counters)
-    .where(_COUNTER_ROW)
-    .values(executes=usage_counters.c.executes + bindparam("counter_delta"))
-)
-# The conditional UPDATE takes the row's lock: concurrent writers serialize on it.
-_COUNT_ONE_BELOW_LIMIT = (
-    update(usage_counters)
-    .where(_COUNTER_ROW, usage_counters.c.executes < bindparam("counter_limit"))
-    .values(executes=usage_counters.c.executes + 1)
-    .returning(usage_counters.c.executes)
-)
-
-
-def _consume_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> bool:
-    """Count one execute; ``False`` (nothing counted) when the limit is reached.
-
-    The conditional UPDATE takes the counter row's lock, so concurrent writers
-    (threads, processes, instances on one PostgreSQL) are serialized on it and
-    the limit is exact.
-    """
-    counter = {"counter_org": org_id, "counter_period": quota.period}
-    conn.execute(_ENSURE_COUNTER[_dialect_name(conn)], counter)
-    if quota.limit is None:
-        conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": 1})
-        return True
-    below = counter | {"counter_limit": quota.limit}
-    return conn.execute(_COUNT_ONE_BELOW_LIMIT, below).first() is not None
-
-
-def _refund_quota(conn: Connection, org_id: str, quota: QuotaCheck) -> None:
-    counter = {"counter_org": org_id, "counter_period": quota.period}
-    conn.execute(_ADD_TO_COUNT, counter | {"counter_delta": -1})
 
 
 def executes_in_period(conn: Connection, org_id: str, period: str) -> int:
@@ -265,14 +275,7 @@ def executes_in_period(conn: Connection, org_id: str, period: str) -> int:
 
 
 def prior_execution(conn: Connection, org_id: str, idempotency_key: str) -> PriorExecution | None:
-    row = conn.execute(
-        select(
-            executions.c.execution_id,
-            executions.c.request_digest,
-            executions.c.decision,
-            executions.c.receipt,
-        ).where(executions.c.org_id == org_id, executions.c.idempotency_key == idempotency_key)
-    ).first()
+    row = conn.exec_driver_sql(_statements(conn).prior, (org_id, idempotency_key)).first()
     return PriorExecution(row[0], row[1], row[2], bytes(row[3])) if row is not None else None
 
 
