@@ -506,12 +506,14 @@ def summarize_collapsed(text: str, limit: int = 25) -> dict[str, Any]:
             continue
         count = int(count_text)
         total += count
-        frames = [_frame_name(f) for f in stack.split(";")]
-        while frames and frames[0].startswith(("thread ", "process ")):
-            frames = frames[1:]  # --subprocesses and --threads put process and thread first
+        # --threads puts "thread (TID): NAME" first; --subprocesses puts the process
+        # before it, whose command line (python -c "…; …") may itself contain ";".
+        raw = stack.split(";")
+        at = next((i for i, f in enumerate(raw) if f.startswith("thread (")), -1)
+        frames = [_frame_name(f) for f in raw[at + 1 :]]
         if not frames:
             continue
-        role = _thread_role(stack)
+        role = _thread_role(raw[at] if at >= 0 else "", stack)
         roles[role] = roles.get(role, 0) + count
         self_counts[frames[-1]] = self_counts.get(frames[-1], 0) + count
         for name in set(frames):
@@ -555,9 +557,8 @@ def stage_shares(inclusive: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"stage": label, "function": fn, "share": by_name.get(fn, 0.0)} for label, fn in STAGES]
 
 
-def _thread_role(stack: str) -> str:
-    # "thread (TID): NAME" with --threads, after "process PID: …" with --subprocesses
-    root = next((f for f in stack.split(";", 2)[:2] if f.startswith("thread ")), "")
+def _thread_role(root: str, stack: str) -> str:
+    """What a thread is, from its "thread (TID): NAME" frame and its stack."""
     if "execauth-writer" in root or "ReceiptWriter._run" in stack:
         return "receipt writer thread"
     if "run_writer_process" in stack:
