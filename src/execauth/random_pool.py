@@ -22,25 +22,30 @@ class RandomPool:
         self._lock = threading.Lock()
         self._buffer = b""
         self._position = 0
-        self._pid = -1
 
     def take(self, n: int) -> bytes:
         """``n`` fresh random bytes; never the same bytes twice, also across ``fork``."""
         if n > self._block:
             return os.urandom(n)
         with self._lock:
-            # A forked child inherits the parent's buffer: refill so the two never
-            # hand out the same bytes (same ids).
-            if self._position + n > len(self._buffer) or self._pid != os.getpid():
+            if self._position + n > len(self._buffer):
                 self._buffer = os.urandom(self._block)
                 self._position = 0
-                self._pid = os.getpid()
             start = self._position
             self._position = start + n
             return self._buffer[start : start + n]
 
+    def discard(self) -> None:
+        """Drop what is buffered (a forked child must not hand out its parent's bytes)."""
+        self._lock = threading.Lock()  # the parent's may have been held at fork time
+        self._buffer = b""
+        self._position = 0
+
 
 _POOL = RandomPool()
+# A forked child inherits the parent's buffer: it refills, so the two never issue the
+# same ids. (A pid check per call would be a system call per identifier.)
+os.register_at_fork(after_in_child=_POOL.discard)
 
 
 def random_bytes(n: int) -> bytes:
