@@ -11,10 +11,31 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+def _process_identifier() -> int:
+    return _pid
+
+
+if os.environ.get(MULTIPROCESS_DIR_VARIABLE):
+    # prometheus-client asks for the pid on every observation (a system call) to notice
+    # a fork; ours is kept current by a fork hook instead (its documented
+    # ``process_identifier`` parameter). Workers are spawned, so it rarely changes.
+    os.register_at_fork(after_in_child=_forked)
+    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+        process_identifier=_process_identifier
+    )
 
 
 class Metrics:

@@ -26,6 +26,8 @@ import time
 from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
 
+import uvloop
+
 from execauth.config import Settings
 from execauth.metrics import Metrics
 from execauth.runtime import Keyring, open_stores
@@ -65,7 +67,8 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
     writer.start()
     sequencer.start(writer)
     try:
-        asyncio.run(_serve(writer, keyring, socket_path, settings.refresh_interval_seconds))
+        # uvloop, as the gateways use: the socket loop's I/O is most of its work.
+        uvloop.run(_serve(writer, keyring, socket_path, settings.refresh_interval_seconds))
     finally:
         sequencer.stop()
         writer.stop()  # commits everything still queued
