@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -17,10 +18,12 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_der_public_key
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
 from execauth.runtime import Runtime
+from execauth.store.ledger import sequence_pending
+from execauth.store.tables import log_leaves
 from tests.conftest import Tenant, make_tenant, sequence
 
 pytestmark = pytest.mark.anyio
@@ -130,6 +133,25 @@ async def test_receipts_get_contiguous_indexes_in_their_orgs_log(
     assert sequence(client) == 5
     indexes = [(await proof(client, tenant, r["receipt_id"])).json()["log_index"] for r in made]
     assert sorted(indexes) == [0, 1, 2, 3, 4]
+
+
+async def test_sequenced_at_is_stored_as_every_other_utc_timestamp(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    # The sequencer writes its rows through the driver; the column must still hold what
+    # SQLAlchemy writes for a UTC datetime (on SQLite: text with six fraction digits,
+    # also for a whole second) and read back as that aware datetime.
+    await receipts(client, tenant, 2)
+    whole_second = datetime(2026, 11, 23, 14, 0, 0, tzinfo=UTC)
+    with runtime.engine.begin() as conn:
+        sequenced = sequence_pending(conn, limit=10, now=whole_second, sign=lambda *_: "note")
+    assert len(sequenced) == 2
+    with runtime.engine.connect() as conn:
+        stored = conn.execute(select(log_leaves.c.sequenced_at)).scalars().all()
+        raw = conn.exec_driver_sql("SELECT sequenced_at FROM log_leaves").scalars().all()
+    assert stored == [whole_second, whole_second]
+    if runtime.engine.dialect.name == "sqlite":
+        assert raw == ["2026-11-23 14:00:00.000000"] * 2
 
 
 async def test_each_org_has_its_own_log(client: httpx.AsyncClient, tenant: Tenant) -> None:
