@@ -161,7 +161,7 @@ class _Statements:
     """One dialect's statements, written with SQLite's ``?`` placeholders."""
 
     prior: str  # (org_id, key) -> the prior execution
-    priors: str  # every (org_id, key) of a batch -> (org_id, key, prior execution)
+    priors: str  # (org_id, its keys in the batch) -> (key, prior execution) of those taken
     insert: str  # a record's columns, in _COLUMNS order
     insert_new_key: str  # the same, or nothing when the key is taken; RETURNING
     count_if_within: str  # (n, org, period, n, limit): add n if the total stays within limit
@@ -181,11 +181,10 @@ class _Statements:
 _SQLITE = _Statements(
     prior="SELECT execution_id, request_digest, decision, receipt FROM executions"
     " WHERE org_id = ? AND idempotency_key = ?",
-    # The batch's keys travel as one parameter (a JSON array of [org_id, key] pairs), so
-    # the text is the same whatever the batch size; each pair is one unique-index search.
-    priors="SELECT org_id, idempotency_key, execution_id, request_digest, decision, receipt"
-    " FROM executions WHERE (org_id, idempotency_key) IN"
-    " (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))",
+    # An org's keys in the batch travel as one parameter (a JSON array on SQLite, an
+    # array on PostgreSQL), so the text is the same whatever the batch size.
+    priors="SELECT idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))",
     insert=_INSERT,
     insert_new_key=_INSERT
     + " ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id",
@@ -200,9 +199,12 @@ _SQLITE = _Statements(
     " WHERE org_id = ? AND period = ?",
 )
 _POSTGRESQL = _SQLITE.in_format_style(
-    priors="SELECT org_id, idempotency_key, execution_id, request_digest, decision, receipt"
-    " FROM executions WHERE (org_id, idempotency_key) IN"
-    " (SELECT * FROM unnest(%s::varchar[], %s::varchar[]))",  # two arrays: orgs, keys
+    # Per org and with = ANY, not one join of every (org, key) pair: planned without
+    # statistics (a new table, autovacuum off), PostgreSQL may cache a plan that reads
+    # the org's rows through its (org_id, ...) index; = ANY reads them once per batch,
+    # a join would read them once per key.
+    priors="SELECT idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE org_id = %s AND idempotency_key = ANY(%s::varchar[])",
     # SQLite's write lock is the transaction's; on PostgreSQL, lock the counter row.
     current_count="SELECT executes FROM usage_counters WHERE org_id = %s AND period = %s"
     " FOR UPDATE",
@@ -218,19 +220,18 @@ def _priors(
     sql: _Statements,
     items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]],
 ) -> dict[tuple[str, str], PriorExecution]:
-    pairs = list({(r.org_id, r.idempotency_key) for r, _ in items if r.idempotency_key is not None})
-    if not pairs:
-        return {}
-    if sql is _POSTGRESQL:
-        parameters: tuple[Any, ...] = ([org for org, _ in pairs], [key for _, key in pairs])
-    else:
-        parameters = (json.dumps(pairs),)
-    return {
-        (org_id, key): PriorExecution(execution_id, digest, decision, bytes(receipt))
-        for org_id, key, execution_id, digest, decision, receipt in conn.exec_driver_sql(
-            sql.priors, parameters
-        )
-    }
+    keys: dict[str, set[str]] = {}
+    for record, _ in items:
+        if record.idempotency_key is not None:
+            keys.setdefault(record.org_id, set()).add(record.idempotency_key)
+    found: dict[tuple[str, str], PriorExecution] = {}
+    for org_id, wanted in keys.items():
+        batch_keys = list(wanted) if sql is _POSTGRESQL else json.dumps(list(wanted))
+        for key, execution_id, digest, decision, receipt in conn.exec_driver_sql(
+            sql.priors, (org_id, batch_keys)
+        ):
+            found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
+    return found
 
 
 def _as_prior(record: ExecutionRecord) -> PriorExecution:

@@ -1,0 +1,252 @@
+"""The writer's two paths into the store: ``insert_batch`` and ``insert_execution``.
+
+Both run the same rules (DESIGN.md §3): a repeat of an idempotency key is answered
+with its prior execution and not counted; the quota is counted exactly, in order;
+nothing is stored past the limit. The batch path also has to fail whole when another
+writer stored one of its keys in the meantime, so that the writer redoes it one
+record at a time; the single path absorbs that race itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import IntegrityError
+
+from execauth.store import executions as store
+from execauth.store.control import ControlStore
+from execauth.store.database import make_engine, upgrade
+from execauth.store.executions import (
+    QUOTA_EXHAUSTED,
+    ExecutionRecord,
+    PriorExecution,
+    QuotaExhausted,
+    executes_in_period,
+    insert_batch,
+    insert_execution,
+    prior_execution,
+)
+from execauth.store.tables import executions
+from execauth.tenancy.audit import AuditEvent
+from execauth.tenancy.orgs import Org
+from execauth.tenancy.quota import QuotaCheck
+from tests.conftest import Database
+
+NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+ORG, OTHER = "org_01writer", "org_01other"
+PERIOD = "2026-11"
+_ids = itertools.count()
+
+
+@pytest.fixture
+def engine(database: Database) -> Iterator[Engine]:
+    engine = make_engine(database.url, schema=database.schema)
+    upgrade(engine)
+    control = ControlStore(engine)
+    for org_id in (ORG, OTHER):
+        control.create_org(
+            Org(org_id, "Writer", "free", "a", NOW),
+            AuditEvent(org_id, NOW, "test", "org.created", org_id),
+        )
+    yield engine
+    engine.dispose()
+
+
+def quota(limit: int | None, period: str = PERIOD) -> QuotaCheck:
+    return QuotaCheck("free", period, limit, datetime(2026, 12, 1, tzinfo=UTC))
+
+
+def record(key: str | None = None, org_id: str = ORG) -> ExecutionRecord:
+    n = next(_ids)
+    return ExecutionRecord(
+        execution_id=f"service_exec_{n:026d}",
+        receipt_id=f"service_rcpt_{n:016x}",
+        org_id=org_id,
+        idempotency_key=key,
+        request_digest=f"sha256:{n:064x}",
+        surface="deploy.production",
+        actor="release-bot",
+        decision="PERMIT",
+        policy_id="deploys",
+        policy_version=1,
+        rule_id="main-only",
+        reason=None,
+        decided_at_ms=1_795_000_000_000 + n,
+        evaluation_input='{"request": {}}',
+        receipt=b'{"receipt_id": "service_rcpt_%d"}' % n,
+    )
+
+
+def prior_of(stored: ExecutionRecord) -> PriorExecution:
+    return PriorExecution(
+        stored.execution_id, stored.request_digest, stored.decision, stored.receipt
+    )
+
+
+def batch(engine: Engine, items: list[tuple[ExecutionRecord, QuotaCheck | None]]) -> list[Any]:
+    with engine.begin() as conn:
+        return insert_batch(conn, items)
+
+
+def single(engine: Engine, item: ExecutionRecord, check: QuotaCheck | None) -> Any:
+    with engine.begin() as conn:
+        return insert_execution(conn, item, check)
+
+
+def stored_ids(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(select(executions.c.execution_id)).scalars())
+
+
+def counted(engine: Engine, org_id: str = ORG, period: str = PERIOD) -> int:
+    with engine.connect() as conn:
+        return executes_in_period(conn, org_id, period)
+
+
+def test_a_batch_stores_every_record_byte_for_byte_and_counts_each(engine: Engine) -> None:
+    records = [record(f"k{i}") for i in range(5)] + [record(None)]
+    assert batch(engine, [(r, quota(100)) for r in records]) == [None] * 6
+    with engine.connect() as conn:
+        rows = conn.execute(select(executions).order_by(executions.c.decided_at_ms)).mappings()
+        stored = [
+            ExecutionRecord(**{f: row[f] for f in ExecutionRecord.__dataclass_fields__})
+            for row in rows
+        ]
+    assert stored == records
+    assert counted(engine) == 6  # the counter row did not exist: created by the batch
+
+
+def test_a_key_stored_earlier_is_answered_with_its_prior_and_not_counted(engine: Engine) -> None:
+    first = record("deploy-1")
+    assert batch(engine, [(first, quota(100)), (record("other"), quota(100))]) == [None, None]
+    again = record("deploy-1")
+    outcomes = batch(engine, [(again, quota(100)), (record("new"), quota(100))])
+    assert outcomes == [prior_of(first), None]
+    assert again.execution_id not in stored_ids(engine)
+    assert counted(engine) == 3
+
+
+def test_a_key_repeated_within_a_batch_is_a_repeat_of_its_first_record(engine: Engine) -> None:
+    first, repeat, other_org = record("same"), record("same"), record("same", OTHER)
+    outcomes = batch(engine, [(first, quota(100)), (repeat, quota(100)), (other_org, quota(100))])
+    assert outcomes == [None, prior_of(first), None]  # keys are per organization
+    assert repeat.execution_id not in stored_ids(engine)
+    assert counted(engine) == 1
+    assert counted(engine, OTHER) == 1
+
+
+def test_a_batch_gets_exactly_what_is_left_of_the_quota_in_batch_order(engine: Engine) -> None:
+    assert batch(engine, [(record(f"a{i}"), quota(5)) for i in range(3)]) == [None] * 3
+    records = [record(f"b{i}") for i in range(4)]
+    outcomes = batch(engine, [(r, quota(5)) for r in records])
+    assert outcomes == [None, None, QUOTA_EXHAUSTED, QUOTA_EXHAUSTED]
+    assert stored_ids(engine) >= {records[0].execution_id, records[1].execution_id}
+    assert not stored_ids(engine) & {records[2].execution_id, records[3].execution_id}
+    assert counted(engine) == 5
+    assert batch(engine, [(record("c"), quota(5))]) == [QUOTA_EXHAUSTED]
+    assert counted(engine) == 5
+
+
+def test_a_repeat_within_a_batch_shares_the_fate_of_the_record_it_repeats(
+    engine: Engine,
+) -> None:
+    stored, refused = record("fits"), record("too-many")
+    outcomes = batch(
+        engine,
+        [
+            (stored, quota(1)),
+            (refused, quota(1)),
+            (record("fits"), quota(1)),
+            (record("too-many"), quota(1)),
+        ],
+    )
+    assert outcomes == [None, QUOTA_EXHAUSTED, prior_of(stored), QUOTA_EXHAUSTED]
+    assert counted(engine) == 1
+
+
+def test_a_quota_already_past_its_limit_refuses_the_whole_batch(engine: Engine) -> None:
+    # A plan change can lower the limit below what the month has already counted.
+    assert batch(engine, [(record(), quota(None)) for _ in range(4)]) == [None] * 4
+    outcomes = batch(engine, [(record(), quota(2)) for _ in range(3)])
+    assert all(isinstance(outcome, QuotaExhausted) for outcome in outcomes)
+    assert counted(engine) == 4
+
+
+def test_each_org_and_period_is_counted_on_its_own(engine: Engine) -> None:
+    items = [
+        (record(), quota(2)),
+        (record(org_id=OTHER), quota(1)),
+        (record(), quota(2)),
+        (record(org_id=OTHER), quota(1)),
+        (record(), quota(2, "2026-12")),
+        (record(), None),  # not metered: stored, counted nowhere
+    ]
+    assert batch(engine, items) == [None, None, None, QUOTA_EXHAUSTED, None, None]
+    assert (counted(engine), counted(engine, OTHER), counted(engine, ORG, "2026-12")) == (2, 1, 1)
+
+
+def test_a_key_another_writer_stored_after_the_lookup_fails_the_whole_batch(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer then redoes the batch one record at a time (store/writer.py).
+    lookup = store._priors
+    theirs = record("raced")
+
+    def priors_then_another_writer(conn: Connection, *args: Any) -> Any:
+        found = lookup(conn, *args)
+        single(engine, theirs, quota(100))  # another instance, committed meanwhile
+        return found
+
+    monkeypatch.setattr(store, "_priors", priors_then_another_writer)
+    ours = [record("mine"), record("raced")]
+    with pytest.raises(IntegrityError):
+        batch(engine, [(r, quota(100)) for r in ours])
+    monkeypatch.undo()
+    assert stored_ids(engine) == {theirs.execution_id}
+    assert counted(engine) == 1  # the failed batch's count was rolled back with it
+    assert [single(engine, r, quota(100)) for r in ours] == [None, prior_of(theirs)]
+    assert counted(engine) == 2
+
+
+def test_one_record_is_stored_and_counted(engine: Engine) -> None:
+    first = record("one")
+    assert single(engine, first, quota(2)) is None
+    assert single(engine, record(None), quota(2)) is None
+    assert single(engine, record("two"), quota(2)) is QUOTA_EXHAUSTED
+    assert single(engine, record("one"), quota(2)) == prior_of(first)  # a repeat: no quota
+    assert single(engine, record(None), None) is None
+    assert single(engine, record(None), quota(None, "2026-12")) is None
+    assert (counted(engine), counted(engine, ORG, "2026-12")) == (2, 1)
+
+
+def test_one_record_whose_key_another_writer_just_stored_is_a_repeat_and_not_counted(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = record("raced")
+    lookups: list[str] = []
+
+    def lookup(conn: Connection, org_id: str, key: str) -> PriorExecution | None:
+        if not lookups:  # between our lookup and our insert, another instance commits
+            lookups.append(key)
+            single(engine, theirs, quota(100))
+            return None
+        return prior_execution(conn, org_id, key)
+
+    monkeypatch.setattr(store, "prior_execution", lookup)
+    assert single(engine, record("raced"), quota(100)) == prior_of(theirs)
+    assert stored_ids(engine) == {theirs.execution_id}
+    assert counted(engine) == 1  # theirs; ours was refunded
+
+
+def test_the_prior_of_a_key_is_found_on_the_read_path_too(engine: Engine) -> None:
+    first = record("read")
+    single(engine, first, None)
+    with engine.connect() as conn:
+        assert prior_execution(conn, ORG, "read") == prior_of(first)
+        assert prior_execution(conn, OTHER, "read") is None
+        assert conn.execute(select(func.count()).select_from(executions)).scalar_one() == 1
