@@ -15,21 +15,14 @@ rolls the batch back and the next run picks the same executions up again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import (
-    Connection,
-    Engine,
-    func,
-    insert,
-    select,
-    text,
-    union_all,
-)
+from sqlalchemy import Column, Connection, Engine, func, select, union_all
 
 from execauth.ledger.merkle import (
     EMPTY_ROOT,
@@ -39,7 +32,7 @@ from execauth.ledger.merkle import (
     node_hash,
 )
 from execauth.receipts import signing_payload
-from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
+from execauth.store.tables import log_checkpoints, log_leaves, log_nodes
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
 
@@ -100,95 +93,143 @@ def sequence_pending(
     Runs inside the caller's transaction. Returns the decision times (epoch ms) of
     the receipts sequenced, for lag metrics.
     """
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SEQUENCER_LOCK})
-    pending = conn.execute(
-        select(
-            executions.c.execution_id,
-            executions.c.org_id,
-            executions.c.receipt,
-            executions.c.decided_at_ms,
-        )
-        .where(executions.c.log_index.is_(None))
-        .order_by(executions.c.decided_at_ms, executions.c.execution_id)
-        .limit(limit)
-    ).all()
+    sql = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
+    if sql is _POSTGRESQL:
+        conn.exec_driver_sql(sql.lock, (SEQUENCER_LOCK,))
+    pending = conn.exec_driver_sql(sql.pending, (limit,)).all()
     if not pending:
         return []
-    frontiers: dict[str, _Frontier] = {}
-    # Rows as tuples for the driver: through SQLAlchemy's executemany each row was a
-    # dict processed per column, more CPU than the hashing (bench/micro/test_bench_sequencer).
-    sequenced_at = _bound(log_leaves.c.sequenced_at, conn, now)
+    # In order of first appearance, as the checkpoints are signed and stored.
+    frontiers = _frontiers(conn, sql, list(dict.fromkeys(row[1] for row in pending)))
+    sequenced_at = _bound(log_leaves.c.sequenced_at, now, conn)
     leaves: list[tuple[Any, ...]] = []
-    indexes: list[tuple[int, str]] = []
-    nodes: list[tuple[Any, ...]] = []
+    nodes: list[tuple[str, int, int, bytes]] = []
     for execution_id, org_id, receipt, _ in pending:
-        frontier = frontiers.get(org_id)
-        if frontier is None:
-            frontier = frontiers[org_id] = _frontier(conn, org_id)
-        digest = leaf_hash(signing_payload(msgspec.json.decode(bytes(receipt))))
+        frontier = frontiers[org_id]
+        # Recomputed from the stored bytes, not taken on trust: the leaf is what was signed.
+        digest = leaf_hash(signing_payload(msgspec.json.decode(receipt)))
         leaves.append((org_id, frontier.size, execution_id, digest, sequenced_at))
-        indexes.append((frontier.size, execution_id))
-        nodes.extend((org_id, level, index, node) for level, index, node in frontier.append(digest))
-    sql = _SEQUENCING[conn.dialect.name == "postgresql"]
-    conn.exec_driver_sql(sql.insert_leaf, leaves)  # executemany: one statement each
+        nodes.extend((org_id, *closed) for closed in frontier.append(digest))
+    # executemany, straight to the driver: one statement each, whatever the batch size.
+    conn.exec_driver_sql(sql.insert_leaf, leaves)
     if nodes:
         conn.exec_driver_sql(sql.insert_node, nodes)
-    conn.exec_driver_sql(sql.set_log_index, indexes)
+    conn.exec_driver_sql(sql.set_log_index, [(leaf[1], leaf[2]) for leaf in leaves])
+    created_at = _bound(log_checkpoints.c.created_at, now, conn)
     checkpoints = []
     for org_id, frontier in frontiers.items():
         root = frontier.root()
-        checkpoints.append(
-            {
-                "org_id": org_id,
-                "tree_size": frontier.size,
-                "root_hash": root,
-                "note": sign(org_id, frontier.size, root),
-                "created_at": now,
-            }
-        )
-    conn.execute(insert(log_checkpoints), checkpoints)
+        note = sign(org_id, frontier.size, root)
+        checkpoints.append((org_id, frontier.size, root, note, created_at))
+    conn.exec_driver_sql(sql.insert_checkpoint, checkpoints)
     return [row[3] for row in pending]
 
 
 @dataclass(frozen=True, slots=True)
-class _SequencingSql:
-    insert_leaf: str  # (org_id, log_index, execution_id, leaf_hash, sequenced_at)
-    insert_node: str  # (org_id, level, node_index, hash)
+class _Statements:
+    """The sequencer's statements as SQL text, run through ``exec_driver_sql``.
+
+    They run for every receipt sequenced; SQLAlchemy's Core spent more CPU on each
+    execution (a cache-key walk, a parameter dict and type processing per row) than
+    the database did. Written with SQLite's ``?``; ``in_format_style`` makes
+    psycopg's ``%s`` of them.
+    """
+
+    pending: str  # (limit,) -> (execution_id, org_id, receipt, decided_at_ms), oldest first
+    sizes: str  # the batch's orgs -> (org_id, largest log_index or NULL)
+    edges: str  # the (org_id, level, index) wanted -> (org_id, level, hash or NULL)
+    insert_leaf: str
+    insert_node: str
     set_log_index: str  # (log_index, execution_id)
+    insert_checkpoint: str
+    lock: str = ""  # (lock id,): PostgreSQL's advisory lock for the transaction
+
+    def in_format_style(self, **changes: str) -> _Statements:
+        converted = {
+            name: getattr(self, name).replace("?", "%s") for name in self.__dataclass_fields__
+        }
+        return _Statements(**(converted | changes))
 
 
-_SQLITE_SEQUENCING = _SequencingSql(
-    insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash,"
-    " sequenced_at) VALUES (?, ?, ?, ?, ?)",
+# A batch's logs are looked up with their lists as one parameter (JSON on SQLite,
+# arrays on PostgreSQL) in a CTE. Every correlated subquery is one primary-key
+# search; max(log_index) too (the last entry of the org's part of the key).
+_SQLITE = _Statements(
+    # The partial index ix_executions_unsequenced holds exactly these rows, in this order.
+    pending="SELECT execution_id, org_id, receipt, decided_at_ms FROM executions"
+    " WHERE log_index IS NULL ORDER BY decided_at_ms, execution_id LIMIT ?",
+    sizes="WITH o(org_id) AS (SELECT value FROM json_each(?))"
+    " SELECT org_id, (SELECT max(log_index) FROM log_leaves AS l WHERE l.org_id = o.org_id)"
+    " FROM o",
+    edges="WITH w(org_id, level, node_index) AS (SELECT json_extract(value, '$[0]'),"
+    " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))"
+    " SELECT org_id, level, CASE level"
+    " WHEN 0 THEN (SELECT leaf_hash FROM log_leaves AS l"
+    " WHERE l.org_id = w.org_id AND l.log_index = w.node_index)"
+    " ELSE (SELECT hash FROM log_nodes AS n"
+    " WHERE n.org_id = w.org_id AND n.level = w.level AND n.node_index = w.node_index)"
+    " END FROM w",
+    insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash, sequenced_at)"
+    " VALUES (?, ?, ?, ?, ?)",
     insert_node="INSERT INTO log_nodes (org_id, level, node_index, hash) VALUES (?, ?, ?, ?)",
     set_log_index="UPDATE executions SET log_index = ? WHERE execution_id = ?",
+    insert_checkpoint="INSERT INTO log_checkpoints (org_id, tree_size, root_hash, note, created_at)"
+    " VALUES (?, ?, ?, ?, ?)",
 )
-# Indexed by "is PostgreSQL": pysqlite takes "?" placeholders, psycopg "%s".
-_SEQUENCING = (
-    _SQLITE_SEQUENCING,
-    _SequencingSql(
-        _SQLITE_SEQUENCING.insert_leaf.replace("?", "%s"),
-        _SQLITE_SEQUENCING.insert_node.replace("?", "%s"),
-        _SQLITE_SEQUENCING.set_log_index.replace("?", "%s"),
-    ),
+_POSTGRESQL = _SQLITE.in_format_style(
+    lock="SELECT pg_advisory_xact_lock(%s)",
+    sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))"
+    " SELECT org_id, (SELECT max(log_index) FROM log_leaves AS l WHERE l.org_id = o.org_id)"
+    " FROM o",
+    edges="WITH w(org_id, level, node_index) AS"
+    " (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::bigint[]))"
+    " SELECT org_id, level, CASE level"
+    " WHEN 0 THEN (SELECT leaf_hash FROM log_leaves AS l"
+    " WHERE l.org_id = w.org_id AND l.log_index = w.node_index)"
+    " ELSE (SELECT hash FROM log_nodes AS n"
+    " WHERE n.org_id = w.org_id AND n.level = w.level AND n.node_index = w.node_index)"
+    " END FROM w",
 )
 
 
-def _bound(column: Any, conn: Connection, value: Any) -> Any:
-    """``value`` as SQLAlchemy would store it in ``column`` (e.g. UTCDateTime's text on SQLite)."""
+def _bound(column: Column[Any], value: Any, conn: Connection) -> Any:
+    """``value`` as SQLAlchemy would bind it to ``column`` (e.g. UTC datetimes on SQLite)."""
     process = column.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    return process(value) if process is not None else value
+    return value if process is None else process(value)
 
 
-def _frontier(conn: Connection, org_id: str) -> _Frontier:
-    size = _tree_size(conn, org_id)
-    nodes, start = [], 0
-    for level in range(size.bit_length() - 1, -1, -1):
-        if size & (1 << level):
-            nodes.append((level, _node(conn, org_id, level, start >> level)))
-            start += 1 << level
-    return _Frontier(size, nodes)
+def _frontiers(conn: Connection, sql: _Statements, org_ids: list[str]) -> dict[str, _Frontier]:
+    """The right edge of each of these logs, in two statements whatever their number."""
+    postgres = sql is _POSTGRESQL
+    found = conn.exec_driver_sql(sql.sizes, (org_ids,) if postgres else (json.dumps(org_ids),))
+    sizes = {org_id: 0 if largest is None else int(largest) + 1 for org_id, largest in found}
+    # A log of size n ends in one complete subtree per bit set in n, largest first.
+    edges: dict[str, list[tuple[int, int]]] = {}  # org_id -> (level, index) of each
+    for org_id in org_ids:
+        size, start, edge = sizes[org_id], 0, edges.setdefault(org_id, [])
+        for level in range(size.bit_length() - 1, -1, -1):
+            if size & (1 << level):
+                edge.append((level, start >> level))
+                start += 1 << level
+    wanted = [(org_id, level, index) for org_id, edge in edges.items() for level, index in edge]
+    hashes: dict[tuple[str, int], bytes | None] = {}
+    if wanted:
+        if postgres:
+            columns = ([w[0] for w in wanted], [w[1] for w in wanted], [w[2] for w in wanted])
+            found = conn.exec_driver_sql(sql.edges, columns)
+        else:
+            found = conn.exec_driver_sql(sql.edges, (json.dumps(wanted),))
+        hashes = {(org_id, level): digest for org_id, level, digest in found}
+    frontiers = {}
+    for org_id, edge in edges.items():
+        nodes = []
+        for level, index in edge:
+            digest = hashes.get((org_id, level))
+            if digest is None:
+                raise LookupError(f"log {org_id}: no node at level {level}, index {index}")
+            nodes.append((level, bytes(digest)))
+        frontiers[org_id] = _Frontier(sizes[org_id], nodes)
+    return frontiers
 
 
 class LogStore:

@@ -1,0 +1,170 @@
+"""``sequence_pending`` straight on the store: many logs, batches of every shape.
+
+A batch picks each of its logs up where the last one left it (the log's right edge,
+read back from the stored leaves and nodes), so the logs below are sequenced in
+batches of sizes that end them at every kind of edge: a power of two, an odd size
+that ends in a lone leaf, sizes with many set bits. Leaves, stored subtrees and
+checkpoints are checked against RFC 9162 written out independently in
+tests/store/test_ledger.py.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+from sqlalchemy import Engine, select
+
+from execauth.store.control import ControlStore
+from execauth.store.database import make_engine, upgrade
+from execauth.store.executions import ExecutionRecord, insert_batch
+from execauth.store.ledger import sequence_pending
+from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
+from execauth.tenancy.audit import AuditEvent
+from execauth.tenancy.orgs import Org
+from tests.conftest import Database
+from tests.store.test_ledger import leaf, mth
+
+NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+ORGS = [f"org_01log{i}" for i in range(5)]
+
+
+@pytest.fixture
+def engine(database: Database) -> Iterator[Engine]:
+    engine = make_engine(database.url, schema=database.schema)
+    upgrade(engine)
+    control = ControlStore(engine)
+    for org_id in ORGS:
+        control.create_org(
+            Org(org_id, "Logs", "free", "a", NOW),
+            AuditEvent(org_id, NOW, "test", "org.created", org_id),
+        )
+    yield engine
+    engine.dispose()
+
+
+class Receipts:
+    """Stores executions with small signed-looking receipts, in decision order."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.count = 0
+        self.by_org: dict[str, list[dict[str, object]]] = {org_id: [] for org_id in ORGS}
+
+    def store(self, org_ids: list[str]) -> None:
+        records = []
+        for org_id in org_ids:
+            n = self.count = self.count + 1
+            receipt = {
+                "receipt_id": f"service_rcpt_{n:016x}",
+                "org_id": org_id,
+                "n": n,
+                "message": "é ✓ \U0001f600",  # non-ASCII: the payload is JCS, not ASCII JSON
+                "signature": f"ed25519:{n}",  # unsigned fields are not in the leaf
+                "receiptHash": f"sha256:{n}",
+            }
+            self.by_org[org_id].append(receipt)
+            records.append(
+                ExecutionRecord(
+                    execution_id=f"service_exec_{n:026d}",
+                    receipt_id=f"service_rcpt_{n:016x}",
+                    org_id=org_id,
+                    idempotency_key=None,
+                    request_digest="sha256:" + "0" * 64,
+                    surface="deploy.production",
+                    actor=None,
+                    decision="PERMIT",
+                    policy_id="deploys",
+                    policy_version=1,
+                    rule_id=None,
+                    reason=None,
+                    decided_at_ms=1_795_000_000_000 + n,
+                    evaluation_input="{}",
+                    receipt=msgspec.json.encode(receipt),
+                )
+            )
+        with self.engine.begin() as conn:
+            insert_batch(conn, [(r, None) for r in records])
+
+
+def notes(org_id: str, size: int, root: bytes) -> str:
+    return f"{org_id}\n{size}\n{base64.b64encode(root).decode()}\n"
+
+
+def sequence(engine: Engine, limit: int) -> list[int]:
+    with engine.begin() as conn:
+        return sequence_pending(conn, limit=limit, now=NOW, sign=notes)
+
+
+def assert_logs_are_rfc9162(engine: Engine, receipts: Receipts) -> None:
+    with engine.connect() as conn:
+        for org_id in ORGS:
+            expected = [leaf(r) for r in receipts.by_org[org_id]]
+            stored = [
+                (index, bytes(digest))
+                for index, digest in conn.execute(
+                    select(log_leaves.c.log_index, log_leaves.c.leaf_hash)
+                    .where(log_leaves.c.org_id == org_id)
+                    .order_by(log_leaves.c.log_index)
+                )
+            ]
+            size = len(stored)
+            assert stored == list(enumerate(expected[:size]))
+            nodes = {
+                (level, index): bytes(digest)
+                for level, index, digest in conn.execute(
+                    select(log_nodes.c.level, log_nodes.c.node_index, log_nodes.c.hash).where(
+                        log_nodes.c.org_id == org_id
+                    )
+                )
+            }
+            # Every complete aligned subtree of the log, and nothing else.
+            assert nodes == {
+                (level, index): mth(expected[index << level : (index + 1) << level])
+                for level in range(1, size.bit_length())
+                for index in range(size >> level)
+            }
+            for tree_size, root, note in conn.execute(
+                select(
+                    log_checkpoints.c.tree_size, log_checkpoints.c.root_hash, log_checkpoints.c.note
+                ).where(log_checkpoints.c.org_id == org_id)
+            ):
+                assert bytes(root) == mth(expected[:tree_size])
+                assert note == notes(org_id, tree_size, mth(expected[:tree_size]))
+
+
+def test_batches_of_many_logs_extend_each_log_exactly_as_rfc9162_builds_it(
+    engine: Engine,
+) -> None:
+    receipts = Receipts(engine)
+    # Org i gets a share of each round that differs from the others', so the logs reach
+    # sizes with every shape of right edge, each batch continuing from the last one's.
+    rounds = [[1, 2, 3, 4, 5], [1, 1, 2, 3, 8], [2, 3, 0, 9, 1], [4, 0, 7, 1, 16], [7, 9, 5, 2, 3]]
+    for shares in rounds:
+        order = [org for org, share in zip(ORGS, shares, strict=True) for _ in range(share)]
+        receipts.store(order[::2] + order[1::2])  # interleaved: one batch, several logs
+        while sequence(engine, limit=6):
+            assert_logs_are_rfc9162(engine, receipts)
+    assert_logs_are_rfc9162(engine, receipts)
+    with engine.connect() as conn:
+        unsequenced = select(executions.c.execution_id).where(executions.c.log_index.is_(None))
+        assert conn.execute(unsequenced).first() is None
+
+
+def test_receipts_are_sequenced_oldest_first_and_report_their_decision_times(
+    engine: Engine,
+) -> None:
+    receipts = Receipts(engine)
+    receipts.store([ORGS[0], ORGS[1], ORGS[0]])
+    assert sequence(engine, limit=2) == [1_795_000_000_001, 1_795_000_000_002]
+    assert sequence(engine, limit=2) == [1_795_000_000_003]
+    assert sequence(engine, limit=2) == []
+    with engine.connect() as conn:
+        indexes = conn.execute(
+            select(executions.c.org_id, executions.c.log_index).order_by(executions.c.decided_at_ms)
+        ).all()
+    assert [tuple(row) for row in indexes] == [(ORGS[0], 0), (ORGS[1], 0), (ORGS[0], 1)]
+    assert_logs_are_rfc9162(engine, receipts)
