@@ -2,20 +2,23 @@
 
 Both run the same rules (DESIGN.md §3): a repeat of an idempotency key is answered
 with its prior execution and not counted; the quota is counted exactly, in order;
-nothing is stored past the limit. The batch path also has to fail whole when another
-writer stored one of its keys in the meantime, so that the writer redoes it one
-record at a time; the single path absorbs that race itself.
+nothing is stored past the limit. Where the batch path looks its keys up first (SQLite,
+and PostgreSQL near a quota's limit), it has to fail whole when another writer stored
+one of its keys in the meantime, so that the writer redoes it one record at a time; the
+single path absorbs that race itself. Elsewhere on PostgreSQL the batch is inserted
+first and the unique index finds the repeats, statistics or not.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, event, func, select
 from sqlalchemy.exc import IntegrityError
 
 from execauth.store import executions as store
@@ -188,6 +191,79 @@ def test_each_org_and_period_is_counted_on_its_own(engine: Engine) -> None:
     ]
     assert batch(engine, items) == [None, None, None, QUOTA_EXHAUSTED, None, None]
     assert (counted(engine), counted(engine, OTHER), counted(engine, ORG, "2026-12")) == (2, 1, 1)
+
+
+def test_a_key_stored_earlier_and_repeated_within_a_batch_gets_its_prior_each_time(
+    engine: Engine,
+) -> None:
+    first = record("twice")
+    assert batch(engine, [(first, quota(100))]) == [None]
+    outcomes = batch(engine, [(record("twice"), quota(100)), (record("twice"), quota(100))])
+    assert outcomes == [prior_of(first), prior_of(first)]
+    assert counted(engine) == 1
+
+
+def test_a_batch_that_fits_only_without_its_repeats_still_stores_its_new_records(
+    engine: Engine,
+) -> None:
+    first = record("a")
+    assert batch(engine, [(first, quota(3))]) == [None]
+    outcomes = batch(engine, [(record(k), quota(3)) for k in ("a", "b", "c")])
+    assert outcomes == [prior_of(first), None, None]
+    assert counted(engine) == 3
+
+
+def test_a_batch_one_org_cannot_fit_counts_the_other_org_exactly_once(engine: Engine) -> None:
+    assert batch(engine, [(record(org_id=OTHER), quota(100)), (record(), quota(2))]) == [None] * 2
+    items: list[tuple[ExecutionRecord, QuotaCheck | None]] = [
+        (record(org_id=OTHER), quota(100)),
+        (record(), quota(2)),
+        (record(), quota(2)),
+    ]
+    assert batch(engine, items) == [None, None, QUOTA_EXHAUSTED]
+    assert (counted(engine, OTHER), counted(engine)) == (2, 2)
+
+
+postgres_only = pytest.mark.parametrize("database", ["postgres"], indirect=True)
+
+
+@postgres_only
+def test_a_batch_of_new_keys_is_stored_without_looking_its_keys_up(engine: Engine) -> None:
+    # A lookup's plan depends on statistics a new database does not have (see
+    # store/executions.py); the unique index's conflict check does not.
+    assert batch(engine, [(record("warm"), quota(100))]) == [None]  # the counter row exists
+    statements: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    assert batch(engine, [(record(f"new-{i}"), quota(100)) for i in range(5)]) == [None] * 5
+    assert statements
+    assert not [s for s in statements if "FROM executions" in s]
+    assert counted(engine) == 6
+
+
+@postgres_only
+def test_a_key_another_writer_has_not_committed_yet_is_a_repeat_once_it_commits(
+    engine: Engine,
+) -> None:
+    assert batch(engine, [(record("warm"), quota(100))]) == [None]
+    theirs = record("raced")
+    outcomes: list[Any] = []
+    with engine.connect() as other:
+        with other.begin():
+            assert insert_execution(other, theirs, None) is None  # holds the key, uncommitted
+            ours = threading.Thread(
+                target=lambda: outcomes.extend(
+                    batch(engine, [(record("raced"), quota(100)), (record("mine"), quota(100))])
+                )
+            )
+            ours.start()
+            ours.join(0.5)  # by now ours is usually waiting on their key in the unique index
+        ours.join(10)
+    assert outcomes == [prior_of(theirs), None]
+    assert counted(engine) == 2  # warm and mine; the repeat was given back
 
 
 def test_a_key_another_writer_stored_after_the_lookup_fails_the_whole_batch(
