@@ -300,6 +300,33 @@ def test_one_record_is_stored_and_counted(engine: Engine) -> None:
     assert (counted(engine), counted(engine, ORG, "2026-12")) == (2, 1)
 
 
+def test_one_repeat_well_within_the_quota_is_answered_with_its_prior_and_not_counted(
+    engine: Engine,
+) -> None:
+    first = record("again")
+    assert single(engine, first, quota(100)) is None
+    assert single(engine, record("again"), quota(100)) == prior_of(first)
+    assert single(engine, record("again"), None) == prior_of(first)
+    assert stored_ids(engine) == {first.execution_id}
+    assert counted(engine) == 1
+
+
+@postgres_only
+def test_one_record_with_a_new_key_is_stored_without_looking_its_key_up(engine: Engine) -> None:
+    assert single(engine, record("warm"), quota(100)) is None  # the counter row exists
+    statements: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    assert single(engine, record("new"), quota(100)) is None
+    assert single(engine, record("unmetered"), None) is None
+    assert statements
+    assert not [s for s in statements if "FROM executions" in s]
+    assert counted(engine) == 2
+
+
 def test_one_record_whose_key_another_writer_just_stored_is_a_repeat_and_not_counted(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,21 +67,36 @@ def insert_execution(
     taken (a repeat, not counted), or ``QUOTA_EXHAUSTED`` (nothing stored).
     """
     sql = _statements(conn)
-    if record.idempotency_key is not None:
-        prior = prior_execution(conn, record.org_id, record.idempotency_key)
-        if prior is not None:
-            return prior
-    if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
-        return QUOTA_EXHAUSTED
-    if record.idempotency_key is None:
+    key = record.idempotency_key
+    if key is None:
+        if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
+            return QUOTA_EXHAUSTED
         conn.exec_driver_sql(sql.insert, _row(record))
         return None
+    # On PostgreSQL, insert first and let the unique index tell a repeat (see
+    # _insert_batch_keys_first), unless the quota cannot simply take one more: then a
+    # repeat must be found first, so that it is not refused.
+    if sql is _POSTGRESQL and (quota is None or _count_whole(conn, record.org_id, quota, 1)):
+        return _insert_new_key(conn, sql, record, quota)
+    prior = prior_execution(conn, record.org_id, key)
+    if prior is not None:
+        return prior
+    if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
+        return QUOTA_EXHAUSTED
+    return _insert_new_key(conn, sql, record, quota)
+
+
+def _insert_new_key(
+    conn: Connection, sql: _Statements, record: ExecutionRecord, counted: QuotaCheck | None
+) -> WriteOutcome:
+    """Insert a record already counted against ``counted``; if its key is taken after
+    all (another instance stored it meanwhile), give the count back: a repeat."""
+    assert record.idempotency_key is not None
     # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
     if conn.exec_driver_sql(sql.insert_new_key, _row(record)).first() is not None:
         return None
-    # Another instance stored the same key between our check and our insert.
-    if quota is not None:
-        conn.exec_driver_sql(sql.add_to_count, (-1, record.org_id, quota.period))
+    if counted is not None:
+        conn.exec_driver_sql(sql.add_to_count, (-1, record.org_id, counted.period))
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
     return prior
