@@ -80,7 +80,8 @@ def record(key: str | None = None, org_id: str = ORG) -> ExecutionRecord:
         rule_id="main-only",
         reason=None,
         decided_at_ms=1_795_000_000_000 + n,
-        evaluation_input='{"request": {}}',
+        # Quotes, a backslash, a comma, braces and non-ASCII: what array literals must escape.
+        evaluation_input='{"request": {"note": "naïve \\"quoted\\", {x} \\\\ 東京"}}',
         receipt=b'{"receipt_id": "service_rcpt_%d"}' % n,
     )
 

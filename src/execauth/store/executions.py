@@ -323,11 +323,13 @@ _POSTGRESQL = _SQLITE.in_format_style(
 
 
 # A batch as one array per column: one statement whatever its size, and RETURNING
-# names the records whose key was new.
+# names the records whose key was new. The arrays travel in binary (%b): in text
+# format psycopg quotes every element through a regular expression in Python, which
+# took 37 of 54 ms for 256 rows (cProfile); binary costs what executemany does.
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 _POSTGRESQL_INSERT_NEW_KEYS = (
     f"INSERT INTO executions ({', '.join(_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
-    + ", ".join(f"%s::{executions.c[column].type.compile(dialect=_PG)}[]" for column in _COLUMNS)
+    + ", ".join(f"%b::{executions.c[column].type.compile(dialect=_PG)}[]" for column in _COLUMNS)
     + ") ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id"
 )
 
