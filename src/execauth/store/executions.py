@@ -110,9 +110,9 @@ def insert_batch(
     Same outcomes, in order: a repeat of an idempotency key (stored earlier or
     earlier in this batch) gets the prior execution; the quota is granted in
     batch order up to the plan's limit, exactly; the rest are inserted at once.
-    Any error (e.g. another instance inserting the same key in the meantime, on
-    SQLite) aborts the transaction, and the writer redoes the batch one record at a
-    time with ``insert_execution``.
+    Any error (e.g. another instance inserting a key between the lookup and the
+    insert, on the lookup-first path) aborts the transaction, and the writer redoes
+    the batch one record at a time with ``insert_execution``.
     """
     sql = _statements(conn)
     if sql is _POSTGRESQL:
@@ -182,7 +182,7 @@ def _insert_batch_priors_first(
             refused.add(position)
     for position, source in repeats.items():
         # A repeat shares the fate of the record it repeats: a prior, stored, or refused.
-        outcomes[position] = outcomes[source] or _as_prior(items[source][0])
+        outcomes[position] = _shared_fate(outcomes[source], items[source][0])
 
     rows = [_row(items[p][0]) for p in fresh if p not in refused]
     if rows:
@@ -239,8 +239,14 @@ def _insert_batch_keys_first(
     for (org_id, period), n in refunds.items():
         conn.exec_driver_sql(_POSTGRESQL.add_to_count, (-n, org_id, period))
     for position, source in repeats.items():
-        outcomes[position] = outcomes[source] or _as_prior(items[source][0])
+        outcomes[position] = _shared_fate(outcomes[source], items[source][0])
     return outcomes
+
+
+def _shared_fate(source: WriteOutcome, stored: ExecutionRecord) -> WriteOutcome:
+    """What a repeat within a batch gets: its source's prior or refusal, else the
+    record the source stored."""
+    return source if source is not None else _as_prior(stored)
 
 
 def _count_whole(conn: Connection, org_id: str, quota: QuotaCheck, n: int) -> bool:
@@ -312,8 +318,8 @@ _POSTGRESQL = _SQLITE.in_format_style(
     # Per org and with = ANY, not one join of every (org, key) pair: planned without
     # statistics (a new table, autovacuum off), PostgreSQL may cache a plan that reads
     # the org's rows through its (org_id, ...) index; = ANY reads them once per batch,
-    # a join would read them once per key. The batch path only falls back to this
-    # lookup near a quota's limit (_insert_batch_keys_first).
+    # a join would read them once per key. On PostgreSQL the writer only looks keys
+    # up near a quota's limit or on a period's first write (_insert_batch_keys_first).
     priors="SELECT idempotency_key, execution_id, request_digest, decision, receipt"
     " FROM executions WHERE org_id = %s AND idempotency_key = ANY(%s::varchar[])",
     # SQLite's write lock is the transaction's; on PostgreSQL, lock the counter row.
