@@ -8,7 +8,14 @@ import pytest
 
 from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
-from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate, trace
+from execauth.policy.engine import (
+    CompiledBlock,
+    CompiledPolicy,
+    PolicySet,
+    compile_policy,
+    evaluate,
+    trace,
+)
 from execauth.request import parse_execute_request
 
 from .conftest import NOW, ORG_FACTS, policy_yaml
@@ -21,13 +28,17 @@ def compiled(rules: int) -> CompiledPolicy:
     return compile_policy(document, PolicyRef("bench", 1, document.policy_hash))
 
 
+def block_and_request(rules: int, body: dict[str, Any]) -> tuple[CompiledBlock, dict[str, Any]]:
+    """The ``deploy.production`` block of ``rules`` rules, and the wrk request normalized."""
+    selected = PolicySet([compiled(rules)]).select("deploy.production")
+    assert selected is not None
+    return selected[1], parse_execute_request(body, None).evaluation_input()
+
+
 @pytest.mark.parametrize("rules", RULE_COUNTS)
 def test_evaluate(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
     """``evaluate`` on the wrk request: every rule runs, the last one permits."""
-    selected = PolicySet([compiled(rules)]).select("deploy.production")
-    assert selected is not None
-    block = selected[1]
-    request = parse_execute_request(body, None).evaluation_input()
+    block, request = block_and_request(rules, body)
     decision = benchmark(evaluate, block, request, now=NOW, org=ORG_FACTS)
     assert decision.outcome is Outcome.PERMIT
     assert decision.rule_id == "release-from-main"
@@ -36,10 +47,7 @@ def test_evaluate(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
 @pytest.mark.parametrize("rules", RULE_COUNTS)
 def test_trace(benchmark: Any, rules: int, body: dict[str, Any]) -> None:
     """``trace``, what ``explain`` runs: ``evaluate``'s decision with every step recorded."""
-    selected = PolicySet([compiled(rules)]).select("deploy.production")
-    assert selected is not None
-    block = selected[1]
-    request = parse_execute_request(body, None).evaluation_input()
+    block, request = block_and_request(rules, body)
     recorded = benchmark(trace, block, request, now=NOW, org=ORG_FACTS)
     assert recorded.decision == evaluate(block, request, now=NOW, org=ORG_FACTS)
     assert len(recorded.rules) == rules

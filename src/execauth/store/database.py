@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -18,6 +19,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Statements = TypeVar("_Statements", bound="DataclassInstance")
+
 
 def normalize_url(url: str) -> str:
     """Accept plain ``postgresql://`` URLs and use psycopg 3 for them."""
@@ -25,6 +31,16 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def in_format_style(statements: _Statements, **changes: str) -> _Statements:
+    """A dataclass of SQL texts written with SQLite's ``?`` placeholders, with psycopg's
+    ``%s`` instead, then ``changes`` (the statements whose PostgreSQL text differs)."""
+    converted = {
+        field.name: getattr(statements, field.name).replace("?", "%s")
+        for field in dataclasses.fields(statements)
+    }
+    return dataclasses.replace(statements, **(converted | changes))
 
 
 def make_engine(url: str, *, schema: str | None = None) -> Engine:

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql
 from ulid import ULID
 
 from execauth.store.audit import append_lineage
+from execauth.store.database import in_format_style
 from execauth.store.tables import execution_events, executions, usage_counters
 from execauth.tenancy.quota import QuotaCheck
 from execauth.tenancy.usage import UsageRow
@@ -286,13 +287,6 @@ class _Statements:
     current_count: str  # (org, period)
     add_to_count: str  # (n, org, period)
 
-    def in_format_style(self, **changes: str) -> _Statements:
-        """The same statements with psycopg's ``%s`` placeholders, then ``changes``."""
-        converted = {
-            name: getattr(self, name).replace("?", "%s") for name in self.__dataclass_fields__
-        }
-        return _Statements(**(converted | changes))
-
 
 _SQLITE = _Statements(
     prior="SELECT execution_id, request_digest, decision, receipt FROM executions"
@@ -314,7 +308,8 @@ _SQLITE = _Statements(
     add_to_count="UPDATE usage_counters SET executes = executes + ?"
     " WHERE org_id = ? AND period = ?",
 )
-_POSTGRESQL = _SQLITE.in_format_style(
+_POSTGRESQL = in_format_style(
+    _SQLITE,
     # Per org and with = ANY, not one join of every (org, key) pair: planned without
     # statistics (a new table, autovacuum off), PostgreSQL may cache a plan that reads
     # the org's rows through its (org_id, ...) index; = ANY reads them once per batch,

@@ -32,6 +32,7 @@ from execauth.ledger.merkle import (
     node_hash,
 )
 from execauth.receipts import signing_payload
+from execauth.store.database import in_format_style
 from execauth.store.tables import log_checkpoints, log_leaves, log_nodes
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
@@ -144,31 +145,30 @@ class _Statements:
     insert_checkpoint: str
     lock: str = ""  # (lock id,): PostgreSQL's advisory lock for the transaction
 
-    def in_format_style(self, **changes: str) -> _Statements:
-        converted = {
-            name: getattr(self, name).replace("?", "%s") for name in self.__dataclass_fields__
-        }
-        return _Statements(**(converted | changes))
-
 
 # A batch's logs are looked up with their lists as one parameter (JSON on SQLite,
-# arrays on PostgreSQL) in a CTE. Every correlated subquery is one primary-key
-# search; max(log_index) too (the last entry of the org's part of the key).
-_SQLITE = _Statements(
-    # The partial index ix_executions_unsequenced holds exactly these rows, in this order.
-    pending="SELECT execution_id, org_id, receipt, decided_at_ms FROM executions"
-    " WHERE log_index IS NULL ORDER BY decided_at_ms, execution_id LIMIT ?",
-    sizes="WITH o(org_id) AS (SELECT value FROM json_each(?))"
-    " SELECT org_id, (SELECT max(log_index) FROM log_leaves AS l WHERE l.org_id = o.org_id)"
-    " FROM o",
-    edges="WITH w(org_id, level, node_index) AS (SELECT json_extract(value, '$[0]'),"
-    " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))"
+# arrays on PostgreSQL) in a CTE, o or w, that only the dialects write differently.
+# Every correlated subquery is one primary-key search; max(log_index) too (the last
+# entry of the org's part of the key). (S608: every piece is a constant.)
+_SIZES = (
+    " SELECT org_id, (SELECT max(log_index) FROM log_leaves AS l WHERE l.org_id = o.org_id) FROM o"
+)
+_EDGES = (
     " SELECT org_id, level, CASE level"
     " WHEN 0 THEN (SELECT leaf_hash FROM log_leaves AS l"
     " WHERE l.org_id = w.org_id AND l.log_index = w.node_index)"
     " ELSE (SELECT hash FROM log_nodes AS n"
     " WHERE n.org_id = w.org_id AND n.level = w.level AND n.node_index = w.node_index)"
-    " END FROM w",
+    " END FROM w"
+)
+
+_SQLITE = _Statements(
+    # The partial index ix_executions_unsequenced holds exactly these rows, in this order.
+    pending="SELECT execution_id, org_id, receipt, decided_at_ms FROM executions"
+    " WHERE log_index IS NULL ORDER BY decided_at_ms, execution_id LIMIT ?",
+    sizes="WITH o(org_id) AS (SELECT value FROM json_each(?))" + _SIZES,  # noqa: S608
+    edges="WITH w(org_id, level, node_index) AS (SELECT json_extract(value, '$[0]'),"  # noqa: S608
+    " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))" + _EDGES,
     insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash, sequenced_at)"
     " VALUES (?, ?, ?, ?, ?)",
     insert_node="INSERT INTO log_nodes (org_id, level, node_index, hash) VALUES (?, ?, ?, ?)",
@@ -176,19 +176,12 @@ _SQLITE = _Statements(
     insert_checkpoint="INSERT INTO log_checkpoints (org_id, tree_size, root_hash, note, created_at)"
     " VALUES (?, ?, ?, ?, ?)",
 )
-_POSTGRESQL = _SQLITE.in_format_style(
+_POSTGRESQL = in_format_style(
+    _SQLITE,
     lock="SELECT pg_advisory_xact_lock(%s)",
-    sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))"
-    " SELECT org_id, (SELECT max(log_index) FROM log_leaves AS l WHERE l.org_id = o.org_id)"
-    " FROM o",
-    edges="WITH w(org_id, level, node_index) AS"
-    " (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::bigint[]))"
-    " SELECT org_id, level, CASE level"
-    " WHEN 0 THEN (SELECT leaf_hash FROM log_leaves AS l"
-    " WHERE l.org_id = w.org_id AND l.log_index = w.node_index)"
-    " ELSE (SELECT hash FROM log_nodes AS n"
-    " WHERE n.org_id = w.org_id AND n.level = w.level AND n.node_index = w.node_index)"
-    " END FROM w",
+    sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))" + _SIZES,  # noqa: S608
+    edges="WITH w(org_id, level, node_index) AS"  # noqa: S608
+    " (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::bigint[]))" + _EDGES,
 )
 
 

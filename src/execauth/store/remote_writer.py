@@ -30,6 +30,7 @@ import msgspec
 
 from execauth.errors import QuotaExceeded, ServiceUnavailable
 from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.store.writer import expire_unconfirmed
 from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)
@@ -93,13 +94,6 @@ class _Outbox:
         frames, self._frames = self._frames, []
         if not self.stream.is_closing():
             self.stream.write(b"".join(frames))
-
-
-def _expire(future: asyncio.Future[WriteReply]) -> None:
-    if not future.done():
-        future.set_exception(
-            ServiceUnavailable("the receipt store did not confirm the write in time")
-        )
 
 
 # --- the writer process's side -----------------------------------------------------------
@@ -215,7 +209,7 @@ class RemoteReceiptWriter:
         self._waiting[request_id] = reply_future
         # A timer on the future itself: asyncio.wait_for would wrap it in more future
         # and callback machinery on every request.
-        deadline = loop.call_later(self.timeout_seconds, _expire, reply_future)
+        deadline = loop.call_later(self.timeout_seconds, expire_unconfirmed, reply_future)
         try:
             outbox.put(_frame(WriteRequest(request_id, record, quota)))
             reply = await reply_future

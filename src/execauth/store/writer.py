@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -117,7 +118,7 @@ class ReceiptWriter:
         # A timer on the future itself (asyncio.wait_for would add a wrapper future and
         # callbacks per request). A commit that lands after the deadline finds the future
         # done and answers nobody: the client already has its 503.
-        deadline = loop.call_later(self.timeout_seconds, _expire, future)
+        deadline = loop.call_later(self.timeout_seconds, expire_unconfirmed, future)
         self._queue.put(_Pending(record, quota, loop, future))
         try:
             return await future
@@ -221,7 +222,8 @@ class ReceiptWriter:
         return results
 
 
-def _expire(future: asyncio.Future[PriorExecution | None]) -> None:
+def expire_unconfirmed(future: asyncio.Future[Any]) -> None:
+    """A write's deadline (both writers): a 503, unless the commit was confirmed first."""
     if not future.done():
         future.set_exception(
             ServiceUnavailable("the receipt store did not confirm the write in time")
