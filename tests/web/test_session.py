@@ -296,3 +296,20 @@ async def test_revoking_the_key_ends_a_session_of_its_rotated_out_secret(console
     )
     assert revoked.status_code == 204
     assert (await console.client.get("/console/executions")).status_code == 303
+
+
+async def test_a_non_ascii_csrf_token_at_sign_in_is_403(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    await client.get("/console/login")  # sets the double-submit cookie
+    response = await client.post(
+        "/console/login", data={"csrf_token": "ünïcödé", "api_key": secret_of(ops.admin)}
+    )
+    assert response.status_code == 403
+    assert "CSRF" in response.text
+
+
+async def test_a_non_ascii_csrf_token_on_a_console_form_is_403(console: Console) -> None:
+    response = await console.client.post("/console/keys", data={"csrf_token": "☃", "name": "x"})
+    assert response.status_code == 403
+    assert "x" not in await key_names(console)

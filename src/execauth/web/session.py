@@ -150,7 +150,12 @@ async def read_form(request: Request) -> dict[str, str]:
 def check_csrf(expected: str | None, form: dict[str, str]) -> None:
     """403 unless the form echoes the expected token."""
     presented = form.get(CSRF_FIELD, "")
-    if not expected or not presented or not hmac.compare_digest(expected, presented):
+    # compare_digest refuses str with non-ASCII characters (TypeError, a 500), and either
+    # side may hold any text a client sent (the sign-in form's token comes from a cookie):
+    # compare the UTF-8 bytes, so a non-ASCII token is simply a wrong one.
+    if not expected or not presented or not hmac.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+    ):
         raise Forbidden("the form's CSRF token is missing or wrong; reload the page and retry")
 
 
