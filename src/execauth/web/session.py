@@ -153,8 +153,12 @@ def check_csrf(expected: str | None, form: dict[str, str]) -> None:
     # compare_digest refuses str with non-ASCII characters (TypeError, a 500), and either
     # side may hold any text a client sent (the sign-in form's token comes from a cookie):
     # compare the UTF-8 bytes, so a non-ASCII token is simply a wrong one.
-    if not expected or not presented or not hmac.compare_digest(
-        expected.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+    if (
+        not expected
+        or not presented
+        or not hmac.compare_digest(
+            expected.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+        )
     ):
         raise Forbidden("the form's CSRF token is missing or wrong; reload the page and retry")
 
