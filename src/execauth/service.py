@@ -268,12 +268,8 @@ class ExecutionService:
             raise IdempotencyConflict(
                 "this idempotency key was already used for a different request"
             )
+        # A count and the last time per execution, not a row per repeat (bounded storage).
         await anyio.to_thread.run_sync(
-            self.runtime.executions.record_lineage,
-            org_id,
-            prior.execution_id,
-            "idempotent_repeat",
-            self.clock(),
-            {"idempotency_key": request.idempotency_key},
+            self.runtime.executions.record_repeat, org_id, prior.execution_id, self.clock()
         )
         return ExecuteResult(prior.receipt, prior.decision, repeated=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from execauth.store.database import make_engine, upgrade
 from execauth.store.executions import (
     QUOTA_EXHAUSTED,
     ExecutionRecord,
+    ExecutionStore,
     PriorExecution,
     QuotaExhausted,
     executes_in_period,
@@ -34,7 +35,7 @@ from execauth.store.executions import (
     insert_execution,
     prior_execution,
 )
-from execauth.store.tables import executions
+from execauth.store.tables import execution_events, execution_repeats, executions
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck
@@ -354,3 +355,45 @@ def test_the_prior_of_a_key_is_found_on_the_read_path_too(engine: Engine) -> Non
         assert prior_execution(conn, ORG, "read") == prior_of(first)
         assert prior_execution(conn, OTHER, "read") is None
         assert conn.execute(select(func.count()).select_from(executions)).scalar_one() == 1
+
+
+def test_repeats_of_an_execution_are_one_row_with_a_count_and_the_last_time(
+    engine: Engine,
+) -> None:
+    first = record("repeated")
+    single(engine, first, None)
+    reads = ExecutionStore(engine)
+    for minute in range(1_000):
+        reads.record_repeat(ORG, first.execution_id, NOW + timedelta(minutes=minute))
+    with engine.connect() as conn:
+        rows = conn.execute(select(func.count()).select_from(execution_repeats)).scalar_one()
+        lineage_rows = conn.execute(select(func.count()).select_from(execution_events)).scalar_one()
+    assert (rows, lineage_rows) == (1, 0)
+    [repeats] = reads.lineage(ORG, first.execution_id)
+    assert repeats.kind == "idempotent_repeat"
+    assert repeats.occurred_at == NOW + timedelta(minutes=999)
+    assert repeats.details == {"repeats": 1_000, "first_repeated_at": "2026-11-23T10:00:00.000Z"}
+
+
+def test_a_repeat_recorded_late_does_not_move_the_last_time_back(engine: Engine) -> None:
+    first = record("late")
+    single(engine, first, None)
+    reads = ExecutionStore(engine)
+    reads.record_repeat(ORG, first.execution_id, NOW + timedelta(seconds=5))
+    reads.record_repeat(ORG, first.execution_id, NOW)  # another worker's, committed later
+    [repeats] = reads.lineage(ORG, first.execution_id)
+    assert repeats.occurred_at == NOW + timedelta(seconds=5)
+    assert repeats.details["repeats"] == 2
+
+
+def test_repeats_are_listed_among_other_lineage_events_by_time(engine: Engine) -> None:
+    first = record("mixed")
+    single(engine, first, None)
+    reads = ExecutionStore(engine)
+    reads.record_repeat(ORG, first.execution_id, NOW + timedelta(seconds=10))
+    reads.record_lineage(ORG, first.execution_id, "replay", NOW, {"matches": True})
+    assert [e.kind for e in reads.lineage(ORG, first.execution_id)] == [
+        "replay",
+        "idempotent_repeat",
+    ]
+    assert reads.lineage(OTHER, first.execution_id) == []

@@ -10,14 +10,20 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from ulid import ULID
 
 from execauth.store.audit import append_lineage
 from execauth.store.database import in_format_style
-from execauth.store.tables import execution_events, executions, usage_counters
+from execauth.store.tables import (
+    execution_events,
+    execution_repeats,
+    executions,
+    usage_counters,
+)
 from execauth.tenancy.quota import QuotaCheck
 from execauth.tenancy.usage import UsageRow
+from execauth.wire_time import format_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +453,37 @@ class ExecutionStore:
                 details=details,
             )
 
+    def record_repeat(self, org_id: str, execution_id: str, now: datetime) -> None:
+        """Count one idempotent repeat of ``execution_id`` (docs/decisions.md, "repeats").
+
+        One upsert of a fixed-size row: however often a client retries, an execution
+        keeps one row of repeats (a count, the first and the last time), so retries
+        cannot grow storage that the quota does not count.
+        """
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(execution_repeats).values(
+            execution_id=execution_id,
+            org_id=org_id,
+            repeats=1,
+            first_repeated_at=now,
+            last_repeated_at=now,
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[execution_repeats.c.execution_id],
+            set_={
+                "repeats": execution_repeats.c.repeats + 1,
+                "last_repeated_at": func.max(
+                    execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
+                )
+                if dialect is sqlite
+                else func.greatest(
+                    execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
+                ),
+            },
+        )
+        with self.engine.begin() as conn:
+            conn.execute(statement)
+
     def usage_rows(self, org_id: str | None, start: datetime, end: datetime) -> list[UsageRow]:
         """Executes decided in [start, end) grouped by org, surface and decision."""
         query = (
@@ -518,12 +555,32 @@ class ExecutionStore:
             )
             .order_by(execution_events.c.occurred_at, execution_events.c.event_id)
         )
+        repeats_query = select(execution_repeats).where(
+            execution_repeats.c.org_id == org_id,
+            execution_repeats.c.execution_id == execution_id,
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
-        return [
+            repeated = conn.execute(repeats_query).mappings().first()
+        events = [
             LineageEvent(row["kind"], row["occurred_at"], json.loads(row["details"]))
             for row in rows
+            # Repeats stored one row each before migration 0006 are in the count below.
+            if row["kind"] != REPEAT_KIND
         ]
+        if repeated is not None:
+            events.append(
+                LineageEvent(
+                    REPEAT_KIND,
+                    repeated["last_repeated_at"],
+                    {
+                        "repeats": repeated["repeats"],
+                        "first_repeated_at": format_timestamp(repeated["first_repeated_at"]),
+                    },
+                )
+            )
+            events.sort(key=operator.attrgetter("occurred_at"))
+        return events
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,9 +593,12 @@ class ExecutionFilters:
     before: tuple[int, str] | None = None  # the cursor: (decided_at_ms, execution_id)
 
 
+REPEAT_KIND = "idempotent_repeat"
+
+
 @dataclass(frozen=True, slots=True)
 class LineageEvent:
-    kind: str  # "idempotent_repeat", "replay", ...
+    kind: str  # "idempotent_repeat" (one, with the count), "replay", ...
     occurred_at: datetime
     details: dict[str, Any]
 

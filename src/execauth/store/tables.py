@@ -179,6 +179,18 @@ execution_events = Table(
     Index("ix_execution_events_execution", "execution_id", "occurred_at"),
 )
 
+# Idempotent repeats of an execution (migration 0006): a count and the first and last
+# time, so that retries cannot grow storage beyond one row per execution.
+execution_repeats = Table(
+    "execution_repeats",
+    metadata,
+    Column("execution_id", String(64), primary_key=True),
+    Column("org_id", String(64), nullable=False),
+    Column("repeats", BigInteger, nullable=False),
+    Column("first_repeated_at", UTCDateTime, nullable=False),
+    Column("last_repeated_at", UTCDateTime, nullable=False),
+)
+
 # The per-organization Merkle log (RFC 9162), append-only (migration 0004).
 log_leaves = Table(
     "log_leaves",
