@@ -10,12 +10,12 @@ from execauth.policy.decision import PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import PolicySet, compile_policy
 from execauth.policy.explain import UNGOVERNED, explain, explain_body
+from execauth.policy.files import policy_files
 from execauth.policy.testing import (
     INVALID_REQUEST,
     decide,
     load_cases,
     load_policies,
-    policy_files,
 )
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "examples" / "policies"

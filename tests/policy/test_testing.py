@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from execauth.policy.files import policy_files
 from execauth.policy.testing import (
     INVALID_REQUEST,
     CaseFileError,
     PolicyFileInvalid,
     case_files,
     load_cases,
-    policy_files,
     run_suite,
 )
 

@@ -84,8 +84,9 @@ def policy_show(
         typer.echo(json.dumps(answer.get("document"), indent=2))
 
 
-# Offline tools (no server): ``policy test`` and ``policy eval``, in their own module.
+# Offline tools (no server): ``policy check``, ``test`` and ``eval``, in their own module.
 from execauth.cli import policy_tools  # noqa: E402
 
+app.command("check")(policy_tools.policy_check)
 app.command("test")(policy_tools.policy_test)
 app.command("eval")(policy_tools.policy_eval)

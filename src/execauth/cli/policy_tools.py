@@ -1,10 +1,13 @@
-"""``execauth policy test`` and ``execauth policy eval``: offline, no server.
+"""``execauth policy check``, ``test`` and ``eval``: offline, no server.
 
-Thin: loading, running and explaining live in ``execauth.policy.testing`` and
-``execauth.policy.explain``; this module reads arguments and prints.
-Exit codes (DESIGN.md §6): ``test`` 0 when every case passes, 1 when a case fails or a
-policy is invalid, 2 on a usage error; ``eval`` 0 once it has decided, 1 when a policy
-is invalid, 2 on a usage error.
+Thin: checking, loading, running and explaining live in ``execauth.policy.files``,
+``execauth.policy.testing`` and ``execauth.policy.explain``; this module reads arguments
+and prints. It imports nothing of the server (no Starlette, no SQLAlchemy), so that a
+check in CI or a pre-commit hook starts fast.
+Exit codes (docs/policy-language.md): ``check`` 0 when every file would be published, 1
+when one would be refused, 2 on a usage error; ``test`` 0 when every case passes, 1 when
+a case fails or a policy is invalid, 2 on a usage error; ``eval`` 0 once it has decided,
+1 when a policy is invalid, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rich.markup import escape
 
 from execauth.errors import InvalidRequest
 from execauth.policy.explain import Explanation, explain_body
+from execauth.policy.files import check_files, describe_problem, policy_files
 from execauth.policy.testing import (
     DEFAULT_NOW,
     DEFAULT_ORG,
@@ -28,7 +32,6 @@ from execauth.policy.testing import (
     PolicyFileInvalid,
     SuiteReport,
     load_policies,
-    policy_files,
     run_suite,
 )
 from execauth.wire_time import format_timestamp, parse_timestamp, truncate_to_millis
@@ -36,6 +39,33 @@ from execauth.wire_time import format_timestamp, parse_timestamp, truncate_to_mi
 EXIT_FAILED, EXIT_USAGE = 1, 2
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a report.")]
 COLORS = {"PERMIT": "green", "DENY": "red", "SILENCE": "yellow"}
+
+
+def policy_check(
+    path: Annotated[
+        Path, typer.Argument(help="A policy file, or a directory of policies (not recursive).")
+    ],
+) -> None:
+    """Check policies offline exactly as publishing would: exit 1 naming each refusal."""
+    _must_exist(path)
+    files = policy_files(path)
+    if not files:
+        _usage(f"no policy documents (*.yaml, *.yml, *.json) in {path}")
+    try:
+        checked = check_files(files)
+    except (OSError, UnicodeDecodeError) as exc:
+        _usage(f"cannot read: {exc}")
+    refused = [result for result in checked if not result.valid]
+    for result in checked:
+        if result.valid:
+            typer.echo(f"ok       {result.policy_id} ({result.path})")
+    for result in refused:
+        typer.echo(f"refused  {result.policy_id} ({result.path}):", err=True)
+        for problem in result.problems:
+            typer.echo(f"  {describe_problem(result.path, problem)}", err=True)
+    typer.echo(f"{len(checked) - len(refused)} valid, {len(refused)} refused")
+    if refused:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def policy_test(

@@ -39,6 +39,7 @@ from execauth.policy.decision import (
     Reason,
 )
 from execauth.policy.document import PolicyDocument, RuleSpec
+from execauth.policy.names import VARIABLES, unknown_names
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
 # The CEL standard functions we document and test (docs/policy-language.md). A
@@ -53,7 +54,6 @@ ALLOWED_FUNCTIONS = frozenset(
         "getHours", "getMinutes", "getSeconds", "getMilliseconds",
     }
 )  # fmt: skip
-VARIABLES = ("surface", "action", "actor", "context", "payload", "now", "org")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +123,14 @@ def compile_policy(
             ]
             if unknown:
                 refuse(f"unknown function(s) {', '.join(unknown)} (see docs/policy-language.md)")
+                continue
+            # Variables resolve only when a rule runs: an undefined one would make every
+            # request SILENCE. Stored versions keep loading (publishing=False).
+            if publishing and (names := unknown_names(rule.condition)):
+                refuse(
+                    f"unknown name(s) {', '.join(map(str, names))}: a condition reads only "
+                    f"{', '.join(VARIABLES)} (see docs/policy-language.md)"
+                )
                 continue
             cost = analyse(rule.condition)
             if publishing and (limits := publish_problems(rule.condition, cost)):

@@ -34,11 +34,12 @@ from typing import Any
 
 import yaml
 
-from execauth.errors import InvalidRequest, PolicyInvalid, PolicyProblem
-from execauth.policy.decision import Decision, PolicyRef
-from execauth.policy.document import parse_duration, parse_policy_document
-from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
+from execauth.errors import InvalidRequest, PolicyProblem
+from execauth.policy.decision import Decision
+from execauth.policy.document import parse_duration
+from execauth.policy.engine import CompiledPolicy, PolicySet, evaluate
 from execauth.policy.explain import UNGOVERNED
+from execauth.policy.files import CASES_SUFFIXES, check_files, policy_files
 from execauth.request import parse_execute_request
 from execauth.wire_time import parse_timestamp, truncate_to_millis
 
@@ -46,8 +47,6 @@ DEFAULT_NOW = "2026-01-07T12:00:00Z"  # a Wednesday, noon UTC: fixed so tests ar
 DEFAULT_ORG: dict[str, Any] = {"id": "org_test", "plan": "free"}
 INVALID_REQUEST = "INVALID_REQUEST"  # the server would answer 400 invalid_request
 DECISIONS = ("PERMIT", "DENY", "SILENCE", UNGOVERNED, INVALID_REQUEST)
-POLICY_SUFFIXES = (".yaml", ".yml", ".json")
-CASES_SUFFIXES = (".cases.yaml", ".cases.yml")
 
 _FILE_FIELDS = {"now", "org", "cases"}
 _CASE_FIELDS = {"name", "now", "org", "request", "expect", "description"}
@@ -158,17 +157,6 @@ class SuiteReport:
         }
 
 
-def policy_files(path: Path) -> list[Path]:
-    """The policy documents at ``path``: the file itself, or a directory's (not recursive)."""
-    if path.is_file():
-        return [path]
-    return sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and p.name.endswith(POLICY_SUFFIXES) and not p.name.endswith(CASES_SUFFIXES)
-    )
-
-
 def case_files(path: Path) -> list[Path]:
     directory = path if path.is_dir() else path.parent
     return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(CASES_SUFFIXES))
@@ -181,30 +169,12 @@ def load_policies(paths: Iterable[Path]) -> tuple[PolicySet, list[str]]:
     """
     compiled: list[CompiledPolicy] = []
     names: list[str] = []
-    seen: dict[str, Path] = {}
-    for path in paths:
-        text = path.read_text(encoding="utf-8")
-        policy_id = _declared_id(text) or path.name.split(".")[0]
-        if policy_id in seen:
-            reason = f"policy_id {policy_id!r} is also the id of {seen[policy_id]}"
-            raise PolicyFileInvalid(path, [PolicyProblem("policy_id", reason)])
-        seen[policy_id] = path
-        try:
-            document = parse_policy_document(text, policy_id=policy_id, source_name=str(path))
-            compiled.append(compile_policy(document, PolicyRef(policy_id, 1, document.policy_hash)))
-        except PolicyInvalid as exc:
-            raise PolicyFileInvalid(path, exc.problems) from exc
-        names.append(f"{policy_id} ({path.name})")
+    for checked in check_files(paths):
+        if checked.compiled is None:
+            raise PolicyFileInvalid(checked.path, list(checked.problems))
+        compiled.append(checked.compiled)
+        names.append(f"{checked.policy_id} ({checked.path.name})")
     return PolicySet(compiled), names
-
-
-def _declared_id(text: str) -> str | None:
-    try:
-        data = yaml.safe_load(text)  # JSON is YAML too; errors are reported by the real parse
-    except yaml.YAMLError:
-        return None
-    declared = data.get("policy_id") if isinstance(data, dict) else None
-    return declared if isinstance(declared, str) else None
 
 
 def decide(
