@@ -116,7 +116,7 @@ async def test_an_admin_rotates_and_revokes_a_key(console: Console) -> None:
     rotated = await console.post(f"/console/keys/{key_id}/rotate", {"grace_seconds": "0"})
     assert rotated.status_code == 200
     assert "service_live_" in rotated.text
-    revoked = await console.post(f"/console/keys/{key_id}/revoke", {})
+    revoked = await console.post(f"/console/keys/{key_id}/revoke", {"confirm": "revoke"})
     assert revoked.status_code == 303
     old = await console.client.post("/v1/execute", json=PERMIT, headers=console.ops.tenant.auth)
     assert old.status_code == 401
@@ -224,3 +224,104 @@ async def test_the_audit_trail_is_paged(console: Console) -> None:
     older = re.search(r'href="(/console/audit\?cursor=[^"]+)"', page.text)
     assert older
     assert (await console.client.get(older.group(1).replace("&amp;", "&"))).status_code == 200
+
+
+async def test_revoking_asks_for_confirmation_on_a_page_of_its_own(console: Console) -> None:
+    key_id = console.ops.tenant.key_id
+    listing = (await console.client.get("/console/keys")).text
+    assert f'href="/console/keys/{key_id}/revoke"' in listing
+    confirm = await console.client.get(f"/console/keys/{key_id}/revoke")
+    assert confirm.status_code == 200
+    assert "cannot be undone" in confirm.text
+    assert 'name="confirm" value="revoke"' in confirm.text
+
+
+async def test_a_revoke_without_confirmation_is_refused_and_the_key_works(
+    console: Console,
+) -> None:
+    key_id = console.ops.tenant.key_id
+    refused = await console.post(f"/console/keys/{key_id}/revoke", {})
+    assert refused.status_code == 400
+    assert "confirmation" in refused.text
+    works = await console.client.post("/v1/execute", json=PERMIT, headers=console.ops.tenant.auth)
+    assert works.status_code == 200
+
+
+async def test_a_confirmed_revoke_ends_with_a_success_notice(console: Console) -> None:
+    key_id = console.ops.tenant.key_id
+    revoked = await console.post(f"/console/keys/{key_id}/revoke", {"confirm": "revoke"})
+    assert revoked.status_code == 303
+    page = (await console.client.get(revoked.headers["location"])).text
+    notice = re.search(r'<p class="notice ok" role="status" id="revoked-notice">(.*?)</p>', page)
+    assert notice
+    assert key_id in notice.group(1)
+    assert "is revoked" in notice.group(1)
+
+
+async def test_a_revoked_notice_is_not_shown_for_a_key_that_is_not_revoked(
+    console: Console,
+) -> None:
+    page = (await console.client.get(f"/console/keys?revoked={console.ops.tenant.key_id}")).text
+    assert "revoked-notice" not in page
+
+
+async def test_rotating_is_a_page_with_the_grace_to_choose(console: Console) -> None:
+    key_id = console.ops.tenant.key_id
+    page = await console.client.get(f"/console/keys/{key_id}/rotate")
+    assert page.status_code == 200
+    assert 'name="grace_seconds"' in page.text
+    assert f'action="/console/keys/{key_id}/rotate"' in page.text
+
+
+async def test_an_auditor_gets_no_revoke_page(client: httpx.AsyncClient, console: Console) -> None:
+    client.cookies.clear()
+    await sign_in(client, secret_of(console.ops.auditor))
+    page = await client.get(f"/console/keys/{console.ops.tenant.key_id}/revoke")
+    assert page.status_code == 403
+
+
+async def test_the_revoke_page_of_another_orgs_key_is_not_found(console: Console) -> None:
+    page = await console.client.get("/console/keys/key_01m8416t7tgdrh74w30h1wmevn/revoke")
+    assert page.status_code == 404
+
+
+async def test_the_timeline_draws_decisions_over_time_by_decision_and_surface(
+    console: Console,
+) -> None:
+    await execute(console, PERMIT)
+    await execute(console, DENY)
+    page = (await console.client.get("/console/executions")).text
+    charts = re.findall(r'<figure class="chart series".*?</figure>', page, re.S)
+    assert len(charts) == 2
+    by_decision, by_surface = charts
+    assert "Executes by decision" in by_decision
+    assert 'class="bar permit"><title>PERMIT: 1</title>' in by_decision
+    assert 'class="bar deny"><title>DENY: 1</title>' in by_decision
+    assert "Executes by surface" in by_surface
+    assert 'class="bar s0"><title>deploy.production: 2</title>' in by_surface
+    assert by_decision.count('<g class="column">') == 24
+
+
+async def test_the_timeline_draws_fourteen_days_by_day(console: Console) -> None:
+    page = await console.client.get("/console/executions?window=14d")
+    assert page.status_code == 200
+    chart = re.search(r'<figure class="chart series".*?</figure>', page.text, re.S)
+    assert chart
+    assert chart.group(0).count('<g class="column">') == 14
+
+
+async def test_an_unknown_timeline_window_is_a_400_page(console: Console) -> None:
+    page = await console.client.get("/console/executions?window=1y")
+    assert page.status_code == 400
+    assert "window must be one of" in page.text
+
+
+async def test_the_audit_trail_shows_details_as_labelled_values_not_json(
+    console: Console,
+) -> None:
+    await console.post("/console/keys", {"name": "deployer", "role": "execute"})
+    page = (await console.client.get("/console/audit")).text
+    assert "<dt>role</dt><dd>execute</dd>" in page
+    assert "<dt>name</dt><dd>deployer</dd>" in page
+    assert "&#34;" not in page  # no JSON quoting left in the table
+    assert 'class="details"' not in page

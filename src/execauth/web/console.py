@@ -20,7 +20,7 @@ from execauth.api.history import audit_page, executions_page
 from execauth.api.pagination import month_param
 from execauth.api.views import execution_detail
 from execauth.control_plane import UsageQueries
-from execauth.errors import ExecauthError, NotFound
+from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.keyring import key_list_document
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
@@ -28,7 +28,15 @@ from execauth.tenancy.quota import month_period
 from execauth.tenancy.usage import DECISIONS
 from execauth.verify import parse_key_list, verify_receipt
 from execauth.web.auth import LOGIN_PATH, ConsoleAuth, Operator
-from execauth.web.charts import usage_chart
+from execauth.web.charts import (
+    DEFAULT_WINDOW,
+    WINDOWS,
+    Bucket,
+    Series,
+    buckets,
+    decision_series,
+    usage_chart,
+)
 from execauth.web.rendering import Renderer, page_route
 from execauth.web.session import (
     LOGIN_CSRF_COOKIE,
@@ -119,7 +127,24 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         if cleaned is not None:
             return RedirectResponse("/console/executions?" + cleaned, 303)
         context = await timeline_context(request, operator)
-        return render("executions.html", request, operator, **context)
+        window = request.query_params.get("window", DEFAULT_WINDOW)
+        if window not in WINDOWS:
+            raise InvalidRequest(f"window must be one of {', '.join(WINDOWS)}")
+        series = await anyio.to_thread.run_sync(over_time, operator.org.org_id, window)
+        return render("executions.html", request, operator, series=series, window=window,
+                      windows=WINDOWS, **context)  # fmt: skip
+
+    def over_time(org_id: str, window: str) -> list[Series]:
+        """Executes per hour (or day) of the window, from the usage report's grouped count.
+
+        Not part of the live partial: the few-second poll would repeat these queries.
+        """
+        periods = buckets(service.clock(), window)
+        filled = [
+            Bucket(start, end, runtime.executions.usage_rows(org_id, start, end))
+            for start, end in periods
+        ]
+        return decision_series(filled, window)
 
     @auth.page()
     async def timeline(request: Request, operator: Operator, form: dict[str, str]) -> Response:
@@ -138,7 +163,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         detail = execution_detail(record, lineage)
         now = service.clock()
         keys, issuer = parse_key_list(
-            key_list_document(runtime.keyring.records, runtime.settings.issuer, now)
+            key_list_document(runtime.keyring.records, runtime.settings.issuer)
         )
         verdict = verify_receipt(detail["receipt"], keys, now=now, issuer=issuer)
         position = await anyio.to_thread.run_sync(runtime.logs.position, org_id, execution_id)

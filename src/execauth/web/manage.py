@@ -50,18 +50,42 @@ def manage_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
     async def keys_page(
         request: Request, operator: Operator, status: int = 200, **extra: Any
     ) -> Response:
-        keys = await plane.list_keys(operator.org.org_id)
+        keys = [key_view(k) for k in await plane.list_keys(operator.org.org_id)]
+        # The notice after a revocation names the key only if it is revoked indeed.
+        revoked_id = request.query_params.get("revoked")
+        revoked = next((k for k in keys if k["key_id"] == revoked_id and k["revoked_at"]), None)
         return render(
             "keys.html",
             request,
             operator,
             status,
-            keys=[key_view(k) for k in keys],
+            keys=keys,
             roles=ROLES,
-            grace_choices=GRACE_CHOICES,
-            default_grace=str(int(DEFAULT_ROTATION_GRACE.total_seconds())),
+            revoked=revoked,
             **{"error": None, **extra},
         )
+
+    async def one_key(operator: Operator, key_id: str) -> dict[str, Any]:
+        """One key of the signed-in org, still usable (a revoked key has no actions left)."""
+        keys = await plane.list_keys(operator.org.org_id)
+        found = next((k for k in keys if k.key_id == key_id), None)
+        if found is None:
+            raise NotFound("no such key in this organization")
+        if found.revoked_at is not None:
+            raise InvalidRequest("this key is revoked already")
+        return key_view(found)
+
+    @auth.page(WRITERS)
+    async def rotate_form(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+        key = await one_key(operator, request.path_params["key_id"])
+        return render("key_rotate.html", request, operator, key=key, grace_choices=GRACE_CHOICES,
+                      default_grace=str(int(DEFAULT_ROTATION_GRACE.total_seconds())))  # fmt: skip
+
+    @auth.page(WRITERS)
+    async def revoke_form(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+        """Revoking cannot be undone: it is asked for on a page of its own, then confirmed."""
+        key = await one_key(operator, request.path_params["key_id"])
+        return render("key_revoke.html", request, operator, key=key)
 
     @auth.page()
     async def keys(request: Request, operator: Operator, form: dict[str, str]) -> Response:
@@ -99,6 +123,8 @@ def manage_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
 
     @auth.page(WRITERS)
     async def revoke_key(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+        if form.get("confirm") != "revoke":
+            raise InvalidRequest("revoking needs confirmation: use the key's Revoke… page")
         await plane.revoke_key(
             operator.org.org_id, request.path_params["key_id"], actor=operator.actor
         )
@@ -171,7 +197,9 @@ def manage_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
     return [
         page_route("/console/keys", keys, "GET"),
         page_route("/console/keys", issue_key, "POST"),
+        page_route("/console/keys/{key_id}/rotate", rotate_form, "GET"),
         page_route("/console/keys/{key_id}/rotate", rotate_key, "POST"),
+        page_route("/console/keys/{key_id}/revoke", revoke_form, "GET"),
         page_route("/console/keys/{key_id}/revoke", revoke_key, "POST"),
         page_route("/console/policies", policies, "GET"),
         page_route("/console/policies/preview", preview, "POST"),

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from execauth.errors import ExecauthError, InternalError
+from execauth.web.readable import detail_items
 from execauth.wire_time import format_timestamp
 
 log = logging.getLogger("execauth.web")
@@ -103,6 +104,7 @@ class Renderer:
         self.env.globals["static"] = self.static_url
         self.env.filters["when"] = display_time
         self.env.filters["pretty"] = pretty_json
+        self.env.filters["details"] = detail_items
 
     def static_url(self, name: str) -> str:
         asset = self.assets[name]
