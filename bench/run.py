@@ -672,9 +672,18 @@ def main() -> int:
         help="comma-separated subset of execauth,baseline,cerbos [all]",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--capacity",
+        action="store_true",
+        help="measure WAL, storage and database CPU per receipt on PostgreSQL instead",
+    )
     args = parser.parse_args()
     if args.micro:
         return run_micro()
+    if args.capacity:
+        from capacity import run_capacity  # bench/capacity.py, beside this file
+
+        return run_capacity(args.duration, args.warmup, args.workers, args.connections)
     targets = {t.strip() for t in args.targets.split(",") if t.strip()}
     if shutil.which("wrk") is None and targets:
         log("wrk is not installed: apt-get install -y wrk")
