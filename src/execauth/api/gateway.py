@@ -18,7 +18,7 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
-from execauth.errors import ExecauthError, ServiceUnavailable
+from execauth.errors import ExecauthError, InvalidRequest, ServiceUnavailable
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
@@ -82,10 +82,10 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return json_response(jwks_document(runtime.keyring.records), headers=PUBLIC_CACHE)
 
     async def verify_receipt_shape(request: Request) -> Response:
+        strict = _strict_parameter(request)
         body = await read_json_body(request, settings.max_body_bytes)
         receipt = body.get("receipt", body) if isinstance(body, dict) else body
-        errors = check_receipt_shape(receipt)
-        return json_response({"valid": not errors, "errors": errors})
+        return json_response(check_receipt_shape(receipt, strict=strict).as_json())
 
     async def verify_signature(request: Request) -> Response:
         body = await read_json_body(request, settings.max_body_bytes)
@@ -140,3 +140,11 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
+
+
+def _strict_parameter(request: Request) -> bool:
+    """``?strict=true`` asks the shape check for a full receipt; a typo is 400, not ignored."""
+    value = request.query_params.get("strict", "false")
+    if value not in ("true", "false"):
+        raise InvalidRequest(f"strict must be true or false, not {value!r}")
+    return value == "true"
