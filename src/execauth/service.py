@@ -36,6 +36,7 @@ from execauth.receipts import (
 )
 from execauth.request import ExecuteRequest
 from execauth.runtime import Runtime
+from execauth.shared_generation import GenerationWatch, SharedGeneration
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
@@ -78,17 +79,25 @@ class CredentialCache:
     did not revoke it (DESIGN.md §3: within one second on every instance).
     """
 
-    def __init__(self, runtime: Runtime, ttl: float) -> None:
+    def __init__(
+        self, runtime: Runtime, ttl: float, shared: SharedGeneration | None = None
+    ) -> None:
         self._runtime = runtime
         self._entries: TtlCache[str, Principal | None] = TtlCache(
             self._load, ttl=ttl, max_entries=_MAX_CACHED_CREDENTIALS
         )
         self._last_use_written: dict[str, float] = {}
+        # serve --workers N: a revocation in one worker empties every worker's cache.
+        self._changes = GenerationWatch(shared)
 
     def invalidate(self) -> None:
+        """Forget every principal, here and (through the shared counter) in sibling workers."""
         self._entries.invalidate()
+        self._changes.announce()
 
     async def principal(self, secret: str) -> Principal | None:
+        if self._changes.changed_elsewhere():
+            self._entries.invalidate()
         return await self._entries.get(hash_secret(self._runtime.secret, secret))
 
     def _load(self, secret_hash: str) -> Principal | None:
@@ -112,15 +121,21 @@ class CredentialCache:
 class PolicyCache:
     """An org's active ``PolicySet``; each version is compiled once and kept."""
 
-    def __init__(self, control: ControlStore, ttl: float) -> None:
+    def __init__(
+        self, control: ControlStore, ttl: float, shared: SharedGeneration | None = None
+    ) -> None:
         self._control = control
         self._sets: TtlCache[str, PolicySet] = TtlCache(self._load, ttl=ttl)
         self._compiled: dict[tuple[str, str, int], CompiledPolicy] = {}
+        self._changes = GenerationWatch(shared)
 
     def invalidate(self, org_id: str) -> None:
         self._sets.invalidate(org_id)
+        self._changes.announce()
 
     async def policy_set(self, org_id: str) -> PolicySet:
+        if self._changes.changed_elsewhere():
+            self._sets.invalidate()  # which org changed is not shared: all of them
         return await self._sets.get(org_id)
 
     def _load(self, org_id: str) -> PolicySet:
@@ -149,12 +164,18 @@ class PolicyCache:
 
 
 class ExecutionService:
-    def __init__(self, runtime: Runtime, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        clock: Clock = utc_now,
+        shared_generation: SharedGeneration | None = None,
+    ) -> None:
         self.runtime = runtime
         self.clock = clock
         ttl = runtime.settings.refresh_interval_seconds
-        self.credentials = CredentialCache(runtime, ttl)
-        self.policies = PolicyCache(runtime.control, ttl)
+        self.credentials = CredentialCache(runtime, ttl, shared_generation)
+        self.policies = PolicyCache(runtime.control, ttl, shared_generation)
         self.rate_limiter = OrgRateLimiter(
             runtime.settings.redis_url,
             timeout_seconds=runtime.settings.rate_limit_timeout_seconds,

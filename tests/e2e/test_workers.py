@@ -175,3 +175,19 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_revoked_key_is_refused_by_every_worker_as_soon_as_revocation_answers(
+    service: Service,
+) -> None:
+    org_id, key_id, secret = provision_org(service.url, ADMIN_TOKEN, plan="load")
+    warm = asyncio.run(execute_many(service.url, secret, 40))  # both workers cache the key
+    assert {a.status_code for a in warm} == {200}
+    revoked = httpx.delete(
+        f"{service.url}/console/v1/orgs/{org_id}/keys/{key_id}",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    assert revoked.status_code == 204
+    # Well within the caches' 1 s ttl: only the shared change counter can refuse these.
+    after = asyncio.run(execute_many(service.url, secret, 40))
+    assert Counter(a.status_code for a in after) == {401: 40}

@@ -27,6 +27,7 @@ from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
 from execauth.sequencer import Sequencer
 from execauth.service import Clock, ExecutionService, utc_now
+from execauth.shared_generation import SharedGeneration
 from execauth.store.writer import ReceiptWriter
 from execauth.web import web_routes
 
@@ -35,10 +36,18 @@ SURFACES = ("gateway", "console", "operator")
 
 
 def create_app(
-    runtime: Runtime, *, surfaces: Sequence[str] = SURFACES, clock: Clock = utc_now
+    runtime: Runtime,
+    *,
+    surfaces: Sequence[str] = SURFACES,
+    clock: Clock = utc_now,
+    shared_generation: SharedGeneration | None = None,
 ) -> Starlette:
-    """Build the app over ``runtime``; ``surfaces`` selects which APIs this listener serves."""
-    service = ExecutionService(runtime, clock=clock)
+    """Build the app over ``runtime``; ``surfaces`` selects which APIs this listener serves.
+
+    ``shared_generation`` (``serve --workers N``) tells sibling workers about key and
+    policy changes at once instead of after their caches' ttl.
+    """
+    service = ExecutionService(runtime, clock=clock, shared_generation=shared_generation)
     routes: list[BaseRoute] = []
     if "gateway" in surfaces:
         routes += gateway_routes(service)

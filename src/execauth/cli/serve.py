@@ -16,7 +16,11 @@ from rich.panel import Panel
 from starlette.applications import Starlette
 
 from execauth.api.app import SURFACES, create_app
-from execauth.api.worker import SURFACES_VARIABLE, WRITER_SOCKET_VARIABLE
+from execauth.api.worker import (
+    SHARED_GENERATION_VARIABLE,
+    SURFACES_VARIABLE,
+    WRITER_SOCKET_VARIABLE,
+)
 from execauth.config import Settings
 from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
 from execauth.runtime import bootstrap, prepare
@@ -64,6 +68,7 @@ def serve(
     os.environ[SURFACES_VARIABLE] = ",".join(chosen)
     writer = WriterProcess(str(Path(scratch, "writer.sock")), log_level=log_level)
     os.environ[WRITER_SOCKET_VARIABLE] = writer.socket_path
+    os.environ[SHARED_GENERATION_VARIABLE] = str(Path(scratch, "generation"))
     try:
         writer.start()
         _run_uvicorn("execauth.api.worker:worker_app", *listen, workers=settings.workers)
