@@ -126,6 +126,9 @@ def settings(
         issuer="https://execauth.test",
         secret_key_file=tmp_path / "unused.key",
         plans=plans,
+        # Organizations made without a plan are on "free", whose quota tests shrink; the
+        # shipped default (unmetered) is tested in tests/test_self_hosted_defaults.py.
+        default_plan="free" if "free" in plans else None,
         # Tests sequence explicitly (app.state.sequencer.run_once()), so "pending" is testable.
         sequencer_interval_seconds=3600,
     )

@@ -16,7 +16,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from execauth.tenancy.orgs import DEFAULT_PLANS, Plan
+from execauth.tenancy.orgs import DEFAULT_PLAN, DEFAULT_PLANS, Plan
 
 
 class PlanSettings(BaseModel, extra="forbid"):
@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     secret_key: str | None = Field(default=None, repr=False)
     secret_key_file: Path = Path("./execauth-secret.key")
     admin_token: str | None = Field(default=None, repr=False)
-    issuer: str = "http://127.0.0.1:8080"
+    # Written into every receipt and the key list. Empty: derived from where the service
+    # listens, ``http://{host}:{port}`` (docs/decisions.md, "The issuer follows").
+    issuer: str = ""
     host: str = "127.0.0.1"
     port: int = 8080
     # Serving processes of ``execauth serve`` (one Python process uses about one core).
@@ -68,6 +70,9 @@ class Settings(BaseSettings):
     # A limiter that does not answer within this bound fails the request closed (503).
     rate_limit_timeout_seconds: float = 0.5
     plans: dict[str, PlanSettings] = Field(default_factory=_default_plans)
+    # The plan of an organization created without one. Unset: ``unmetered`` when the
+    # catalog has it, else every new organization must name its plan.
+    default_plan: str | None = None
     max_body_bytes: int = 64 * 1024
     write_timeout_seconds: float = 10.0
     writer_max_batch: int = 512
@@ -80,6 +85,20 @@ class Settings(BaseSettings):
     def _catalog_is_not_empty(self) -> Settings:
         if not self.plans:
             raise ValueError("the plan catalog is empty; configure at least one plan")
+        return self
+
+    @model_validator(mode="after")
+    def _default_plan_is_in_the_catalog(self) -> Settings:
+        if self.default_plan is None:
+            self.default_plan = DEFAULT_PLAN if DEFAULT_PLAN in self.plans else None
+        elif self.default_plan not in self.plans:
+            raise ValueError(f"default_plan {self.default_plan!r} is not in the plan catalog")
+        return self
+
+    @model_validator(mode="after")
+    def _issuer_follows_the_listener(self) -> Settings:
+        if not self.issuer:
+            self.issuer = listen_origin(self.host, self.port)
         return self
 
     def plan_catalog(self) -> dict[str, Plan]:
@@ -116,6 +135,11 @@ class Settings(BaseSettings):
         with os.fdopen(fd, "w") as handle:
             handle.write(value + "\n")
         return value
+
+
+def listen_origin(host: str, port: int) -> str:
+    """``http://host:port`` for a listen address (an IPv6 literal in brackets, RFC 3986)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def load_settings(**overrides: Any) -> Settings:

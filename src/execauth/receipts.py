@@ -18,13 +18,13 @@ from ulid import ULID
 from execauth.canonical import canonical_json
 from execauth.policy.decision import Decision, Outcome, PolicyRef
 from execauth.random_pool import random_bytes, random_hex
+from execauth.receipt_format import SIGNATURE_PREFIX as SIGNATURE_PREFIX  # re-exported
+from execauth.receipt_format import UNSIGNED_FIELDS as UNSIGNED_FIELDS  # re-exported
 from execauth.request import ExecuteRequest
 from execauth.wire_time import format_timestamp
 
 RECEIPT_ID_PREFIX = "service_rcpt_"
 EXECUTION_ID_PREFIX = "service_exec_"
-SIGNATURE_PREFIX = "ed25519:"
-UNSIGNED_FIELDS = frozenset({"signature", "authoritySignature", "receiptHash"})
 
 
 class Signer(Protocol):

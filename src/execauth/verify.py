@@ -31,7 +31,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_der_public_key
 
-from execauth.receipts import SIGNATURE_PREFIX, UNSIGNED_FIELDS
+from execauth.receipt_format import SIGNATURE_PREFIX, UNSIGNED_FIELDS
 from execauth.wire_time import parse_timestamp
 
 KEY_ID_PREFIX = "service_key_"

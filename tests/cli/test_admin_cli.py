@@ -92,7 +92,15 @@ def test_created_org_appears_in_list_json(service: RunningService) -> None:
     org_id = new_org(service, "Globex")
     orgs = {o["org_id"]: o for o in run_json(service, "org", "list")["orgs"]}
     assert orgs[org_id]["name"] == "Globex"
-    assert orgs[org_id]["plan"] == "free"
+
+
+def test_org_created_without_a_plan_is_unmetered(service: RunningService) -> None:
+    assert run_json(service, "org", "show", new_org(service))["plan"] == "unmetered"
+
+
+def test_org_create_plan_names_the_plan(service: RunningService) -> None:
+    created = run_json(service, "org", "create", "Hooli", "--plan", "free")
+    assert created["plan"] == "free"
 
 
 def test_org_list_prints_a_table_by_default(service: RunningService) -> None:
@@ -312,8 +320,8 @@ def test_usage_export_csv_has_a_header_and_the_orgs_row(
     )
     row = next(r for r in rows if r["org_id"] == org_id)
     assert row == {
-        "month": month, "org_id": org_id, "name": "Acme", "plan": "free", "executes": "1",
-        "permit": "1", "deny": "0", "silence": "0", "quota_limit": "1000",
+        "month": month, "org_id": org_id, "name": "Acme", "plan": "unmetered", "executes": "1",
+        "permit": "1", "deny": "0", "silence": "0", "quota_limit": "",
     }  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import anyio.to_thread
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from execauth.api.console import console_routes
@@ -23,6 +24,7 @@ from execauth.api.errors import (
 from execauth.api.gateway import gateway_routes
 from execauth.api.ledger_routes import ledger_routes
 from execauth.api.operator import operator_routes
+from execauth.api.origin_check import IssuerOriginCheck
 from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
 from execauth.sequencer import Sequencer
@@ -83,6 +85,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=[Middleware(IssuerOriginCheck, issuer=runtime.settings.issuer)],
         exception_handlers={
             ExecauthError: handle_execauth_error,
             HTTPException: handle_http_exception,

@@ -33,7 +33,7 @@ MAX_POLICY_BYTES = 256 * 1024
 
 class NewOrg(msgspec.Struct, forbid_unknown_fields=True):
     name: str
-    plan: str = "free"
+    plan: str | None = None  # the service's default_plan
     wire_profile: str = "a"
 
 
@@ -68,7 +68,9 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
 
     async def create_org(request: Request) -> Response:
         spec = decode_as(await read_json_body(request, max_body), NewOrg)
-        org = await plane.create_org(spec.name, spec.plan, spec.wire_profile, actor=PLATFORM_ADMIN)
+        # No default plan configured: "" is refused as an unknown plan, listing the known.
+        plan = spec.plan or runtime.settings.default_plan or ""
+        org = await plane.create_org(spec.name, plan, spec.wire_profile, actor=PLATFORM_ADMIN)
         return json_response(org_view(org), 201)
 
     async def list_orgs(request: Request) -> Response:

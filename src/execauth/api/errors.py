@@ -38,7 +38,16 @@ def render_error(request: Request, error: ExecauthError) -> Response:
     # Once a request was counted against its org's rate limit, every answer says so.
     counted = getattr(request.state, "rate_limit_headers", {})
     headers = {**profile_headers(request), **counted, **error.headers, "X-Request-Id": rid}
+    if error.status == 401:
+        headers.setdefault("WWW-Authenticate", _bearer_challenge(request))
     return json_response(body, error.status, headers)
+
+
+def _bearer_challenge(request: Request) -> str:
+    """RFC 6750 §3: a 401 names the scheme; ``invalid_token`` once a credential was sent."""
+    if request.headers.get("authorization"):
+        return 'Bearer error="invalid_token"'
+    return "Bearer"
 
 
 async def handle_execauth_error(request: Request, exc: Exception) -> Response:

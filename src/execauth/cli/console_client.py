@@ -15,22 +15,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from execauth.cli.options import DEFAULT_URL as DEFAULT_URL  # re-exported
+from execauth.cli.options import UrlOption as UrlOption  # re-exported
 from execauth.wire_time import parse_timestamp
 
 # Every admin command talks to ``--url`` (default ``$EXECAUTH_URL``) with the admin token
 # from ``$EXECAUTH_ADMIN_TOKEN``; secrets are never flags, which would leak into shell
 # history and ``ps`` (DESIGN.md §6). Exit 0 on success, 1 when the service refused or
 # could not be reached, 2 on a usage error (bad arguments, no token).
-DEFAULT_URL = "http://127.0.0.1:8080"
 TOKEN_ENV = "EXECAUTH_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
 EXIT_FAILED, EXIT_USAGE = 1, 2
 TIMEOUT_SECONDS = 30.0
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-UrlOption = Annotated[
-    str,
-    typer.Option("--url", envvar="EXECAUTH_URL", show_envvar=True, help="Base URL of the service."),
-]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the service's JSON.")]
 OrgId = Annotated[str, typer.Argument(help="The organization (org_…).")]
 

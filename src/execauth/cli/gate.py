@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from execauth.cli.console_client import DEFAULT_URL, UrlOption
+from execauth.cli.options import DEFAULT_URL, UrlOption
 from execauth.errors import InvalidRequest
 from execauth.request import ExecuteRequest, parse_execute_request
 from execauth.verify import (

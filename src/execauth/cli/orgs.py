@@ -31,7 +31,10 @@ def _patch_org(url: str, org_id: str, changes: Mapping[str, Any], as_json: bool)
 @app.command("create")
 def org_create(
     name: Annotated[str, typer.Argument(help="Display name.")],
-    plan: Annotated[str, typer.Option(help="Plan from the service's catalog.")] = "free",
+    plan: Annotated[
+        str | None,
+        typer.Option(help="Plan from the service's catalog. Default: the service's default plan."),
+    ] = None,
     wire_profile: Annotated[
         str, typer.Option(callback=one_of(WIRE_PROFILES), help="Wire profile: a or b.")
     ] = "a",
@@ -39,7 +42,7 @@ def org_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create an organization."""
-    body = {"name": name, "plan": plan, "wire_profile": wire_profile}
+    body = {"name": name, "wire_profile": wire_profile} | ({"plan": plan} if plan else {})
     emit(console_call(url, "POST", "/orgs", body=body), as_json, print_record)
 
 

@@ -13,6 +13,7 @@ a case fails or a policy is invalid, 2 on a usage error; ``eval`` 0 once it has 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,6 @@ from execauth.errors import InvalidRequest
 from execauth.policy.explain import Explanation, explain_body
 from execauth.policy.files import check_files, describe_problem, policy_files
 from execauth.policy.testing import (
-    DEFAULT_NOW,
     DEFAULT_ORG,
     CaseFileError,
     CaseResult,
@@ -104,7 +104,7 @@ def policy_eval(
         Path, typer.Option("--request", help="The execute request body (JSON or YAML).")
     ],
     now: Annotated[
-        str | None, typer.Option("--now", help=f"Decision time, RFC 3339 (default {DEFAULT_NOW}).")
+        str | None, typer.Option("--now", help="Decision time, RFC 3339 (default: now).")
     ] = None,
     org: Annotated[
         str | None,
@@ -121,7 +121,8 @@ def policy_eval(
     _must_exist(policy)
     _must_exist(request)
     try:
-        moment = truncate_to_millis(parse_timestamp(now or DEFAULT_NOW))
+        # The current time, as the service would decide now; --now to replay another moment.
+        moment = truncate_to_millis(parse_timestamp(now) if now else datetime.now(UTC))
     except ValueError as exc:
         _usage(f"--now: {exc}")
     org_facts = {**DEFAULT_ORG, **_org(org)}

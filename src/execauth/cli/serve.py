@@ -43,9 +43,11 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Run the service (all surfaces unless --surface narrows them)."""
-    if workers is not None:
-        # The workers read their settings from the environment, like this process.
-        os.environ["EXECAUTH_WORKERS"] = str(workers)
+    # The workers read their settings from the environment, like this process; so does
+    # the issuer, derived from host and port unless EXECAUTH_ISSUER is set.
+    for name, value in (("WORKERS", workers), ("HOST", host), ("PORT", port)):
+        if value is not None:
+            os.environ[f"EXECAUTH_{name}"] = str(value)
     settings = Settings()
     chosen = tuple(surface) if surface else SURFACES
     unknown = [s for s in chosen if s not in SURFACES]

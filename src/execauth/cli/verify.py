@@ -10,10 +10,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 
-from execauth.cli.console_client import DEFAULT_URL
+from execauth.cli.options import DEFAULT_URL
 from execauth.verify import KeyListError, parse_key_list, unmet_expectations, verify_receipt
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -36,6 +35,8 @@ def _load_json(source: str, what: str) -> Any:
 
 def _load_keys(source: str) -> Any:
     if source.startswith(("http://", "https://")):
+        import httpx  # here, not at the top: verifying against a file needs no HTTP client
+
         try:
             response = httpx.get(source, timeout=10)
             response.raise_for_status()

@@ -20,13 +20,17 @@ class Plan:
     requests_per_minute: int
 
 
-# DESIGN.md §3 / spec §8. The operator's catalog (``EXECAUTH_PLANS`` or ``[plans]``
-# in the TOML file) replaces this one as a whole.
+# The contract's plans (docs/operations.md, "Plans"), plus ``unmetered``: a self-hosted
+# service is nobody's metered customer, so an organization created without a plan gets
+# no monthly quota (docs/decisions.md, "A self-hosted default"). The operator's catalog
+# (``EXECAUTH_PLANS`` or ``[plans]`` in the TOML file) replaces this one as a whole.
 DEFAULT_PLANS: dict[str, Plan] = {
     "free": Plan("free", 1_000, 5_000),
     "standard": Plan("standard", 100_000, 5_000),
     "enterprise": Plan("enterprise", None, 10_000),
+    "unmetered": Plan("unmetered", None, 10_000),
 }
+DEFAULT_PLAN = "unmetered"
 
 
 @dataclass(frozen=True, slots=True)
