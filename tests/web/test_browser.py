@@ -130,6 +130,7 @@ def test_sign_in_watch_an_execution_arrive_open_and_replay_it(
     site.execute({**PERMIT, "context": {"branch": "feature"}})
     row = page.locator(f'tr[data-execution-id="{receipt["execution_id"]}"]')
     row.wait_for(timeout=10_000)  # arrives by the live poll, without a reload
+    page.reload()  # the charts over time are drawn when the page loads
     page.screenshot(path=str(shots / "timeline.png"), full_page=True)
     row.get_by_role("link").click()
     page.wait_for_url(f"**/console/executions/{receipt['execution_id']}")
@@ -161,11 +162,16 @@ def test_issue_and_revoke_a_key(page: Any, site: Site, shots: Path) -> None:
     assert works.status_code == 200
     page.get_by_role("link", name="Done: back to keys").click()
     assert secret not in page.content()
+    page.screenshot(path=str(shots / "keys.png"), full_page=True)
+    page.get_by_role("link", name="Revoke deploy-bot…").click()
+    page.get_by_role("heading", name="Revoke key deploy-bot?").wait_for()
+    page.screenshot(path=str(shots / "key-revoke-confirm.png"), full_page=True)
     page.get_by_role("button", name="Revoke deploy-bot").click()
     page.wait_for_url("**/console/keys?revoked=*")
+    assert "deploy-bot" in page.get_by_role("status").inner_text()
     row = page.locator("tr", has_text="deploy-bot")
     assert "revoked" in row.inner_text()
-    page.screenshot(path=str(shots / "keys.png"), full_page=True)
+    page.screenshot(path=str(shots / "key-revoked.png"), full_page=True)
     refused = httpx.post(
         site.url + "/v1/execute", json=PERMIT, headers={"Authorization": f"Bearer {secret}"}
     )
@@ -193,6 +199,51 @@ def test_policies_usage_and_audit_pages(page: Any, site: Site, shots: Path) -> N
     page.screenshot(path=str(shots / "usage.png"), full_page=True)
     page.get_by_role("link", name="Audit trail").click()
     assert "policy.published" in page.content()
+
+
+@pytest.mark.parametrize("width", [1280, 1600])
+def test_the_key_actions_are_inside_the_window(page: Any, site: Site, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, site, site.admin_key)
+    page.goto(site.url + "/console/keys")
+    for name in ("Rotate ci…", "Revoke ci…"):
+        action = page.get_by_role("link", name=name)
+        box = action.bounding_box()
+        assert box is not None, name
+        assert box["x"] >= 0, name
+        assert box["x"] + box["width"] <= width, f"{name} is clipped at {width} px: {box}"
+        wrap = page.locator(".table-wrap").first.bounding_box()
+        assert box["x"] + box["width"] <= wrap["x"] + wrap["width"], f"{name} scrolled out"
+
+
+def test_the_execution_page_shows_why_and_the_timeline_draws_over_time(
+    page: Any, site: Site, shots: Path
+) -> None:
+    sign_in(page, site, site.admin_key)
+    denied = site.execute({**PERMIT, "context": {"branch": "feature"}})
+    page.goto(site.url + "/console/executions")
+    assert page.locator("figure.chart.series svg").count() == 2
+    assert page.locator("figure.chart.series rect.bar.deny").count() >= 1
+    page.goto(site.url + f"/console/executions/{denied['execution_id']}")
+    why = page.locator("#why")
+    assert "Why DENY" in why.inner_text()
+    decisive = why.locator('tr[data-rule="wrong-branch"]')
+    assert "true" in decisive.inner_text()
+    assert "not-main" not in why.inner_text()
+    why.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "execution-why.png"), full_page=True)
+
+
+def test_the_audit_trail_wraps_between_words(page: Any, site: Site, shots: Path) -> None:
+    sign_in(page, site, site.admin_key)
+    page.goto(site.url + "/console/audit")
+    values = page.locator(".kv dd")
+    assert values.count() >= 1
+    style = values.first.evaluate(
+        "e => { const s = getComputedStyle(e); return [s.wordBreak, s.overflowWrap]; }"
+    )
+    assert style[0] != "break-all", style
+    assert style[1] != "anywhere", style
     page.screenshot(path=str(shots / "audit.png"), full_page=True)
 
 
@@ -225,6 +276,8 @@ def test_verify_a_pasted_receipt_and_a_tampered_one(page: Any, site: Site, shots
     assert tampered["category"] == "tampered", tampered
     assert tampered["reason"] == "bad_signature"
     page.screenshot(path=str(shots / "verify-tampered.png"), full_page=True)
+    assert page.locator("#decision").get_attribute("data-kind") == "unverified"
+    assert page.locator("#decision").inner_text() == "Unverified PERMIT"
     sent = [r for r in requests if not r.startswith("GET ")]
     assert not sent, f"the page must not send anything: {sent}"
     fetched = {r.split(" ", 1)[1].split("?")[0].removeprefix(site.url) for r in requests}
@@ -262,3 +315,23 @@ def test_the_verify_page_agrees_with_every_vector(page: Any, site: Site) -> None
             disagreements.append(f"{vector['name']}: page says {got}, vector says {want}")
     assert not disagreements, "\n".join(disagreements)
     assert len(index["vectors"]) > 10
+
+
+def test_an_authentic_deny_on_verify_reads_as_a_refusal_as_large_as_its_verdict(
+    page: Any, site: Site, shots: Path
+) -> None:
+    receipt = site.execute({**PERMIT, "context": {"branch": "feature"}})
+    page.goto(site.url + "/verify")
+    page.locator('body[data-verify-ready="true"]').wait_for(state="attached")
+    shown = verify_text(page, json.dumps(receipt, indent=2))
+    assert shown["category"] == "authentic", shown
+    decision = page.locator("#decision")
+    assert decision.get_attribute("data-kind") == "deny"
+    assert decision.inner_text() == "DENY: refused"
+    size = "e => parseFloat(getComputedStyle(e).fontSize)"
+    assert decision.evaluate(size) >= page.locator("#verdict").evaluate(size)
+    colours = "e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]"
+    assert decision.evaluate(colours) != page.locator("#verdict").evaluate(colours)
+    box, verdict_box = decision.bounding_box(), page.locator("#verdict").bounding_box()
+    assert box["y"] == verdict_box["y"]  # side by side, not below it
+    page.screenshot(path=str(shots / "verify-deny.png"), full_page=True)

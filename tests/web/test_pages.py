@@ -325,3 +325,50 @@ async def test_the_audit_trail_shows_details_as_labelled_values_not_json(
     assert "<dt>name</dt><dd>deployer</dd>" in page
     assert "&#34;" not in page  # no JSON quoting left in the table
     assert 'class="details"' not in page
+
+
+def why_section(page: str) -> str:
+    section = re.search(r'<section id="why".*?</section>', page, re.S)
+    assert section, "the execution page has no Why section"
+    return section.group(0)
+
+
+async def test_an_execution_page_shows_each_rule_and_its_conditions_value(
+    console: Console,
+) -> None:
+    receipt = await execute(console, DENY)
+    why = why_section(
+        (await console.client.get(f"/console/executions/{receipt['execution_id']}")).text
+    )
+    assert "Why DENY" in why
+    main_only = re.search(r'<tr data-rule="main-only".*?</tr>', why, re.S)
+    wrong_branch = re.search(r'<tr data-rule="wrong-branch" class="decisive">.*?</tr>', why, re.S)
+    assert main_only
+    assert wrong_branch
+    assert "context.branch == &#34;main&#34;" in main_only.group(0)
+    assert ">false<" in main_only.group(0)
+    assert ">true<" in wrong_branch.group(0)
+
+
+async def test_an_execution_page_shows_the_block_chosen_and_the_required_context(
+    console: Console,
+) -> None:
+    receipt = await execute(console, PERMIT)
+    why = why_section(
+        (await console.client.get(f"/console/executions/{receipt['execution_id']}")).text
+    )
+    chosen = re.search(r'<tr class="chosen">.*?</tr>', why, re.S)
+    assert chosen
+    assert "deploy.production" in chosen.group(0)
+    assert "exact match" in chosen.group(0)
+    assert '<code>context.branch</code> <span class="badge permit">present</span>' in why
+
+
+async def test_a_silence_page_says_which_required_context_was_missing(console: Console) -> None:
+    body: dict[str, object] = {"surface": "deploy.production", "actor": "release-bot"}
+    receipt = await execute(console, body)
+    why = why_section(
+        (await console.client.get(f"/console/executions/{receipt['execution_id']}")).text
+    )
+    assert "Why SILENCE" in why
+    assert '<code>context.branch</code> <span class="badge deny">missing</span>' in why

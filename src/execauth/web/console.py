@@ -22,12 +22,16 @@ from execauth.api.views import execution_detail
 from execauth.control_plane import UsageQueries
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.keyring import key_list_document
+from execauth.policy.engine import PolicySet
+from execauth.policy.explain import explain
+from execauth.policy.replay import RecordedExecution
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
+from execauth.store.executions import ExecutionRecord
 from execauth.tenancy.quota import month_period
 from execauth.tenancy.usage import DECISIONS
 from execauth.verify import parse_key_list, verify_receipt
-from execauth.web.auth import LOGIN_PATH, ConsoleAuth, Operator
+from execauth.web.auth import LOGIN_PATH, WRITERS, ConsoleAuth, Operator
 from execauth.web.charts import (
     DEFAULT_WINDOW,
     WINDOWS,
@@ -169,6 +173,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         position = await anyio.to_thread.run_sync(runtime.logs.position, org_id, execution_id)
         checkpoint = await anyio.to_thread.run_sync(runtime.logs.latest_checkpoint, org_id)
         replays_done = [e for e in detail["lineage"] if e["kind"] == "replay"]
+        why, why_error = await anyio.to_thread.run_sync(explain_record, record)
         return render(
             "execution.html",
             request,
@@ -179,9 +184,38 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
             tree_size=checkpoint.tree_size if checkpoint is not None else None,
             last_replay=replays_done[-1] if replays_done else None,
             just_replayed=request.query_params.get("replayed") == "1",
+            why=why,
+            why_error=why_error,
         )
 
-    @auth.page()
+    def explain_record(record: ExecutionRecord) -> tuple[dict[str, Any] | None, str | None]:
+        """Why it was decided: ``policy eval --explain``'s trace, re-run as replay runs it.
+
+        The recorded request, ``now`` and org facts under the very policy version that
+        decided (``policy.explain`` shares its steps with the server's evaluation). A
+        trace that cannot be built is said on the page; the rest of the page still shows.
+        """
+        recorded = RecordedExecution.from_stored(
+            execution_id=record.execution_id,
+            decision=record.decision,
+            rule_id=record.rule_id,
+            reason=record.reason,
+            policy_id=record.policy_id,
+            policy_version=record.policy_version,
+            evaluation_input=record.evaluation_input,
+        )
+        stored = runtime.control.get_policy(record.org_id, record.policy_id, record.policy_version)
+        if stored is None:
+            return None, f"policy {record.policy_id} v{record.policy_version} is not stored"
+        try:
+            compiled = service.policies.compiled(stored)
+        except ExecauthError as exc:
+            return None, exc.message
+        policies = PolicySet([compiled])
+        explanation = explain(policies, recorded.request, now=recorded.now, org=recorded.org)
+        return explanation.as_dict(), None
+
+    @auth.page(WRITERS)  # a replay writes the lineage: auditors only read
     async def replay(request: Request, operator: Operator, form: dict[str, str]) -> Response:
         execution_id = request.path_params["execution_id"]
         await replays.replay_execution(operator.org.org_id, execution_id, operator.actor)

@@ -85,6 +85,14 @@ def display_time(value: datetime | str | None) -> str:
     return format_timestamp(value.astimezone(UTC))
 
 
+def short_time(value: datetime | str | None) -> str:
+    """A wire timestamp to the second, for narrow table cells (the column says UTC)."""
+    text = display_time(value)
+    if len(text) >= 19 and text[10] == "T":
+        return text[:10] + " " + text[11:19]
+    return text
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
@@ -105,6 +113,7 @@ class Renderer:
         self.env.filters["when"] = display_time
         self.env.filters["pretty"] = pretty_json
         self.env.filters["details"] = detail_items
+        self.env.filters["short_time"] = short_time
 
     def static_url(self, name: str) -> str:
         asset = self.assets[name]

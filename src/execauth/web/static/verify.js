@@ -29,6 +29,41 @@ const HEADLINES = {
   malformed: "Not a receipt this page can verify",
 };
 
+const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE"]);
+
+/**
+ * What the receipt's decision means for the reader, shown beside the signature verdict and
+ * just as large: an authentic DENY is a refusal, never an approval, and a decision whose
+ * signature does not verify is a claim nobody may act on.
+ */
+export function decisionShown(v, receipt) {
+  const claimed = receipt && typeof receipt === "object" ? receipt.decision : undefined;
+  const decision = DECISIONS.has(claimed) ? claimed : null;
+  if (!decision) {
+    return { kind: "unknown", decision: "", text: "No decision", detail: "The receipt names no PERMIT, DENY or SILENCE." };
+  }
+  if (!v || !v.authentic) {
+    return { kind: "unverified", decision, text: `Unverified ${decision}`,
+      detail: "The signature does not verify, so this decision is only a claim: do not act on it." };
+  }
+  if (decision === "PERMIT" && v.expired) {
+    return { kind: "expired", decision, text: "PERMIT, expired",
+      detail: `It allowed the action until ${receipt.expires_at}; it allows nothing now. Ask again.` };
+  }
+  if (decision === "PERMIT") {
+    const until = receipt.expires_at ? ` until ${receipt.expires_at}` : "";
+    return { kind: "permit", decision, text: "PERMIT: allowed",
+      detail: `The service allowed this action${until}, for this surface and request only.` };
+  }
+  if (decision === "DENY") {
+    const why = receipt.message ? ` ${receipt.message}.` : "";
+    return { kind: "deny", decision, text: "DENY: refused",
+      detail: `The service refused this action: do not proceed.${why}` };
+  }
+  return { kind: "silence", decision, text: "SILENCE: not decided",
+    detail: "The service could not decide (missing context or an evaluation error): do not proceed." };
+}
+
 async function keyList() {
   const response = await fetch(KEY_LIST_URL, { credentials: "omit", cache: "no-cache" });
   if (!response.ok) throw new Error(`could not load ${KEY_LIST_URL}: HTTP ${response.status}`);
@@ -55,6 +90,13 @@ function show(v, receipt, error) {
   verdictEl.dataset.expired = v ? String(v.expired) : "false";
   verdictEl.textContent = HEADLINES[kind];
   $("verdict-detail").textContent = v ? `${v.reason}: ${v.detail}` : error;
+  const shown = decisionShown(v, receipt);
+  const decisionEl = $("decision");
+  decisionEl.className = "decision-shown " + shown.kind;
+  decisionEl.dataset.kind = shown.kind;
+  decisionEl.dataset.decision = shown.decision;
+  decisionEl.textContent = shown.text;
+  $("decision-detail").textContent = shown.detail;
   const fields = $("fields");
   fields.replaceChildren();
   if (receipt && typeof receipt === "object" && !Array.isArray(receipt)) {
