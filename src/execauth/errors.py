@@ -14,8 +14,10 @@ bodies. The tree:
     ├── MethodNotAllowed        405 method_not_allowed
     ├── IdempotencyConflict     409 idempotency_conflict
     ├── PayloadTooLarge         413 payload_too_large
+    ├── UnsupportedMediaType    415 unsupported_media_type
     ├── RateLimited             429 rate_limited
     ├── QuotaExceeded           429 SERVICE_PLAN_LIMIT_EXCEEDED
+    ├── ClientDisconnected      499 client_closed_request (nobody reads it)
     ├── InternalError           500 internal_error
     └── ServiceUnavailable      503 service_unavailable
         └── SigningUnavailable  503 service_unavailable (no usable signing key)
@@ -82,6 +84,11 @@ class PayloadTooLarge(ExecauthError):
     status = 413
 
 
+class UnsupportedMediaType(ExecauthError):
+    code = "unsupported_media_type"
+    status = 415
+
+
 class RateLimited(ExecauthError):
     code = "rate_limited"
     status = 429
@@ -90,6 +97,17 @@ class RateLimited(ExecauthError):
 class QuotaExceeded(ExecauthError):
     code = "SERVICE_PLAN_LIMIT_EXCEEDED"
     status = 429
+
+
+class ClientDisconnected(ExecauthError):
+    """The client went away before its request was read: nothing was evaluated.
+
+    Not a server error (no 5xx, no traceback): 499 is nginx's "client closed request",
+    kept apart in the execute metric; the answer goes to nobody.
+    """
+
+    code = "client_closed_request"
+    status = 499
 
 
 class InternalError(ExecauthError):

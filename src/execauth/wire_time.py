@@ -19,10 +19,18 @@ def format_timestamp(moment: datetime) -> str:
 
 
 def parse_timestamp(text: str) -> datetime:
-    """Parse an RFC 3339 timestamp; naive or malformed input raises ``ValueError``."""
+    """Parse an RFC 3339 timestamp; naive, malformed or out-of-range input raises ``ValueError``.
+
+    A moment whose UTC form falls outside years 1–9999 (``0001-01-01T00:00:00+01:00``,
+    ``9999-12-31T23:59:59-01:00``) cannot be a ``datetime`` in UTC: ``astimezone``
+    raises ``OverflowError``, which becomes the ``ValueError`` every caller handles.
+    """
     if not isinstance(text, str) or "T" not in text:
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp has no time zone: {text!r}")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"timestamp is outside years 1 to 9999 in UTC: {text!r}") from exc

@@ -49,7 +49,11 @@ async def test_malformed_body_is_400_naming_the_field(
 
 
 async def test_non_json_body_is_400(client: httpx.AsyncClient, tenant: Tenant) -> None:
-    response = await client.post("/v1/execute", content=b"surface=deploy", headers=tenant.auth)
+    response = await client.post(
+        "/v1/execute",
+        content=b"surface=deploy",
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
     assert_flat_error(response, 400, "invalid_request")
 
 
@@ -101,7 +105,11 @@ async def test_chunked_body_over_64_kib_is_413_without_content_length(
             yield b"x" * 1024
         yield b'"}}'
 
-    response = await client.post("/v1/execute", content=chunks(), headers=tenant.auth)
+    response = await client.post(
+        "/v1/execute",
+        content=chunks(),
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
     assert_flat_error(response, 413, "payload_too_large")
 
 

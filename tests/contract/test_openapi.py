@@ -330,6 +330,7 @@ def _post(body: Any = None, *, content: bytes | None = None, auth: bool = True) 
     ) -> httpx.Response:
         headers = {**(tenant.auth if auth else {}), **extra}
         if content is not None:
+            headers["Content-Type"] = "application/json"  # a JSON body that is not JSON
             return await client.post("/v1/execute", content=content, headers=headers)
         return await client.post("/v1/execute", json=body, headers=headers)
 
@@ -465,7 +466,8 @@ async def test_deeply_nested_json_is_400_not_500(
     client: httpx.AsyncClient, tenant: Tenant, path: str
 ) -> None:
     body = b'{"surface": "deploy.production", "payload": {"x": ' + b"[" * 1000 + b"]" * 1000 + b"}}"
-    response = await client.post(path, content=body, headers=tenant.auth)
+    headers = {**tenant.auth, "Content-Type": "application/json"}
+    response = await client.post(path, content=body, headers=headers)
     assert response.status_code == 400
 
 
@@ -537,7 +539,8 @@ async def test_protocol_answers_match_their_schemas(
 async def test_protocol_refusals_match_their_schemas(
     client: httpx.AsyncClient, path: str, content: bytes
 ) -> None:
-    response = await client.post(path, content=content, headers={"Prefer": "wire=b"})
+    headers = {"Prefer": "wire=b", "Content-Type": "application/json"}
+    response = await client.post(path, content=content, headers=headers)
     assert response.status_code in (400, 413)
     assert_documented(response, path)
 
@@ -661,7 +664,8 @@ request_bodies = st.one_of(
 async def test_any_body_gets_a_documented_status_and_body_never_a_5xx(
     client: httpx.AsyncClient, tenant: Tenant, content: bytes, profile_b: bool
 ) -> None:
-    headers = {**tenant.auth, **({"Prefer": "wire=b"} if profile_b else {})}
+    headers = {**tenant.auth, "Content-Type": "application/json"}
+    headers.update({"Prefer": "wire=b"} if profile_b else {})
     response = await client.post("/v1/execute", content=content, headers=headers)
     event(f"status {response.status_code}")
     assert response.status_code < 500, response.text

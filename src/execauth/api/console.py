@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from execauth.api.history import audit_page
 from execauth.api.key_routes import KeyHandlers
-from execauth.api.pagination import month_param, time_param
+from execauth.api.pagination import MAX_INT32, month_param, query_int, query_text, time_param
 from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.views import org_view, policy_view
 from execauth.api.wire import decode_as, json_response, read_json_body
@@ -114,14 +114,9 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
 
     async def show_policy(request: Request) -> Response:
         org_id, _ = await path_org(request)
-        version = request.query_params.get("version")
-        if version is not None and not version.isdigit():
-            raise InvalidRequest("version must be a positive integer")
+        version = query_int(request, "version", minimum=1, maximum=MAX_INT32)
         stored = await anyio.to_thread.run_sync(
-            control.get_policy,
-            org_id,
-            request.path_params["policy_id"],
-            int(version) if version else None,
+            control.get_policy, org_id, request.path_params["policy_id"], version
         )
         if stored is None:
             raise NotFound("no such policy (or version)")
@@ -144,7 +139,7 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         return json_response(bundle)
 
     async def platform_audit(request: Request) -> Response:
-        return json_response(await audit_page(runtime, request, request.query_params.get("org_id")))
+        return json_response(await audit_page(runtime, request, query_text(request, "org_id")))
 
     prefix = "/console/v1/orgs"
     org = prefix + "/{org_id}"

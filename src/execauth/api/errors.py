@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from execauth.api.wire import json_response, profile_headers, request_id, wire_profile
 from execauth.errors import (
@@ -61,14 +62,31 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own 404/405 in our error shape."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        error: ExecauthError = MethodNotAllowed(f"{request.method} is not allowed here")
-        error.headers.update(exc.headers or {})
+        allowed = allowed_methods(request)
+        error: ExecauthError = MethodNotAllowed(
+            f"{request.method} is not allowed here; allowed: {', '.join(allowed)}",
+            headers={"Allow": ", ".join(allowed)},
+        )
     elif exc.status_code == 404:
         error = NotFound(f"no such endpoint: {request.url.path}")
     else:
         error = ExecauthError(str(exc.detail))
         error.status = exc.status_code
     return render_error(request, error)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (RFC 9110 §15.5.6: ``Allow`` lists them all).
+
+    Starlette answers 405 from the first route whose path matched, which knows only its
+    own methods; a path is often served by several routes, one per method.
+    """
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route_methods)
+    return sorted(methods)
 
 
 async def handle_database_error(request: Request, exc: Exception) -> Response:

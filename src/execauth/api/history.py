@@ -7,25 +7,30 @@ from typing import Any
 import anyio.to_thread
 from starlette.requests import Request
 
-from execauth.api.pagination import decode_cursor, encode_cursor, page_limit, time_param
+from execauth.api.pagination import (
+    cursor_position,
+    encode_cursor,
+    page_limit,
+    query_text,
+    time_param,
+    timestamp,
+)
 from execauth.api.views import audit_view, execution_summary
 from execauth.errors import InvalidRequest
 from execauth.runtime import Runtime
 from execauth.store.executions import ExecutionFilters
 from execauth.tenancy.usage import DECISIONS
-from execauth.wire_time import parse_timestamp
 
 
 async def audit_page(runtime: Runtime, request: Request, org_id: str | None) -> dict[str, Any]:
     """Newest first; ``org_id=None`` is the whole service (platform admin only)."""
     limit = page_limit(request)
     before = None
-    cursor = request.query_params.get("cursor")
-    if cursor:
-        at, event_id = decode_cursor(cursor, 2)
+    if position := cursor_position(request, str, str):
+        at, event_id = position
         try:
-            before = (parse_timestamp(at), str(event_id))
-        except (ValueError, TypeError) as exc:
+            before = (timestamp(at, "cursor"), event_id)
+        except InvalidRequest as exc:
             raise InvalidRequest("cursor is not one this service issued") from exc
     since, until = time_param(request, "since"), time_param(request, "until")
     events = await anyio.to_thread.run_sync(
@@ -42,23 +47,17 @@ async def audit_page(runtime: Runtime, request: Request, org_id: str | None) -> 
 
 async def executions_page(runtime: Runtime, request: Request, org_id: str) -> dict[str, Any]:
     """Filters: surface, decision, actor, since, until; keyset cursor, newest first."""
-    params = request.query_params
-    decision = params.get("decision")
+    decision = query_text(request, "decision")
     if decision is not None and decision not in DECISIONS:
         raise InvalidRequest(f"decision must be one of {', '.join(DECISIONS)}")
-    before = None
-    if cursor := params.get("cursor"):
-        at_ms, execution_id = decode_cursor(cursor, 2)
-        if not isinstance(at_ms, int) or not isinstance(execution_id, str):
-            raise InvalidRequest("cursor is not one this service issued")
-        before = (at_ms, execution_id)
+    position = cursor_position(request, int, str)
     filters = ExecutionFilters(
-        surface=params.get("surface"),
+        surface=query_text(request, "surface"),
         decision=decision,
-        actor=params.get("actor"),
+        actor=query_text(request, "actor"),
         since=time_param(request, "since"),
         until=time_param(request, "until"),
-        before=before,
+        before=(position[0], position[1]) if position else None,
     )
     limit = page_limit(request)
     records = await anyio.to_thread.run_sync(

@@ -13,11 +13,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from execauth.api.pagination import integer, optional_timestamp
 from execauth.api.views import key_view, ts
 from execauth.api.wire import decode_as, json_response, read_json_body
-from execauth.control_plane import DEFAULT_ROTATION_GRACE, ControlPlane
-from execauth.errors import InvalidRequest
-from execauth.wire_time import parse_timestamp
+from execauth.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
 
 Handler = Callable[[Request], Awaitable[Response]]
 # (org_id, actor) for a request that already passed authentication.
@@ -44,10 +43,7 @@ class KeyHandlers:
     async def issue(self, request: Request) -> Response:
         org_id, actor = await self._scope(request)
         spec = decode_as(await read_json_body(request, self._max_body), NewKey)
-        try:
-            expires_at = parse_timestamp(spec.expires_at) if spec.expires_at else None
-        except ValueError as exc:
-            raise InvalidRequest(f"expires_at: {exc}") from exc
+        expires_at = optional_timestamp(spec.expires_at or None, "expires_at")
         key, secret = await self._plane.issue_key(
             org_id,
             name=spec.name,
@@ -68,10 +64,16 @@ class KeyHandlers:
         has_body = request.headers.get("content-length", "0") != "0"
         body = await read_json_body(request, self._max_body) if has_body else {}
         spec = decode_as(body, KeyRotation)
+        grace_seconds = integer(
+            spec.grace_seconds,
+            "grace_seconds",
+            minimum=0,
+            maximum=int(MAX_ROTATION_GRACE.total_seconds()),
+        )
         key, secret = await self._plane.rotate_key(
             org_id,
             request.path_params["key_id"],
-            grace=timedelta(seconds=spec.grace_seconds),
+            grace=timedelta(seconds=grace_seconds),
             actor=actor,
         )
         return json_response(

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from execauth.api.pagination import MAX_BIGINT, required_query_int
 from execauth.api.wire import json_response
 from execauth.errors import InvalidRequest, NotFound
 from execauth.service import ExecutionService
@@ -76,7 +77,10 @@ def ledger_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[Ba
     async def log_consistency(request: Request) -> Response:
         org_id = await org_of(request)
         checkpoint = await latest(org_id)
-        first, second = _size(request, "from"), _size(request, "to")
+        first, second = (
+            required_query_int(request, name, minimum=0, maximum=MAX_BIGINT)
+            for name in ("from", "to")
+        )
         if not 1 <= first <= second <= checkpoint.tree_size:
             raise InvalidRequest(
                 f"need 1 <= from <= to <= {checkpoint.tree_size} (the latest tree size)"
@@ -93,10 +97,3 @@ def ledger_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[Ba
         routes.append(Route("/operator/log/checkpoint", log_checkpoint, methods=["GET"]))
         routes.append(Route("/operator/log/consistency", log_consistency, methods=["GET"]))
     return routes
-
-
-def _size(request: Request, name: str) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or not raw.isdigit():
-        raise InvalidRequest(f"{name} must be a tree size (a non-negative integer)")
-    return int(raw)

@@ -7,10 +7,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from execauth.api.key_routes import Scope
+from execauth.api.pagination import optional_timestamp
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.errors import InvalidRequest
 from execauth.replay import ReplayService
-from execauth.wire_time import parse_timestamp
 
 MAX_DRAFT_BYTES = 256 * 1024
 
@@ -39,11 +39,8 @@ class ReplayHandlers:
         """Replay a time range (mismatches are bugs), or with ``policy``: a draft's impact."""
         org_id, _ = await self._scope(request)
         spec = decode_as(await read_json_body(request, MAX_DRAFT_BYTES), ReplayRange)
-        try:
-            since = parse_timestamp(spec.since) if spec.since else None
-            until = parse_timestamp(spec.until) if spec.until else None
-        except ValueError as exc:
-            raise InvalidRequest(f"since/until: {exc}") from exc
+        since = optional_timestamp(spec.since or None, "since")
+        until = optional_timestamp(spec.until or None, "until")
         if spec.policy is None:
             return json_response((await self._replays.replay_range(org_id, since, until)).view())
         if not spec.policy_id:

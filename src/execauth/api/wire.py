@@ -1,14 +1,25 @@
-"""Wire-level helpers: JSON responses, the A/B profiles, bounded body reading."""
+"""Wire-level helpers: JSON responses, the A/B profiles, bounded body reading.
+
+``read_json_body`` is the one door of every JSON request body: Content-Type, size,
+UTF-8, JSON syntax, nesting depth, duplicate object keys and characters the stores
+cannot hold are all refused there with a 4xx (docs/decisions.md, "Bad input").
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from execauth.errors import InvalidRequest, PayloadTooLarge
+from execauth.errors import (
+    ClientDisconnected,
+    InvalidRequest,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from execauth.random_pool import random_hex
 
 _decoder = msgspec.json.Decoder()
@@ -16,6 +27,10 @@ _decoder = msgspec.json.Decoder()
 # recurse, and a stack overflow must be a 400, never a 500.
 MAX_JSON_DEPTH = 64
 T = TypeVar("T")
+# An escaped colon or NUL makes the byte-level shortcuts below inconclusive (an escape
+# hides the character from ``bytes.count``); only then is the body looked at closely.
+_ESCAPED_COLONS = (b"\\u003a", b"\\u003A")
+_ESCAPED_NUL = b"\\u0000"
 
 
 def json_response(
@@ -59,46 +74,149 @@ def profile_headers(request: Request) -> dict[str, str]:
     return {"Preference-Applied": f"wire={preferred}"} if preferred else {}
 
 
+def is_json_media_type(content_type: str | None) -> bool:
+    """``application/json`` or a structured ``+json`` type (RFC 6839), parameters ignored."""
+    if not content_type:
+        return False
+    media_type = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media_type.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 async def read_json_body(request: Request, limit: int) -> Any:
-    """Decode the body as JSON, refusing more than ``limit`` bytes without reading them all."""
+    """Decode the body as JSON, refusing more than ``limit`` bytes without reading them all.
+
+    Refused, each with a 4xx naming the reason: a Content-Type other than JSON (415,
+    so that a form or text body can never be read as a request); more than ``limit``
+    bytes (413); an empty body, invalid UTF-8, malformed JSON, nesting deeper than
+    ``MAX_JSON_DEPTH``, an object with the same key twice (RFC 8785 builds on I-JSON,
+    RFC 7493, which forbids them: a reader keeping the first value would see another
+    request than ours, which keeps the last), or a string holding U+0000, which
+    PostgreSQL's text cannot store (400). A client gone mid-body is
+    ``ClientDisconnected``: there is nobody to answer.
+    """
+    if not is_json_media_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType(
+            "the request body must be JSON: send Content-Type: application/json"
+        )
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    # ASCII digits only, and few enough for int(): the header is the client's text.
+    if (
+        declared
+        and declared.isascii()
+        and declared.isdigit()
+        and (len(declared) > 20 or int(declared) > limit)
+    ):
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        raise ClientDisconnected("the client disconnected before sending its whole body") from exc
     body = b"".join(chunks)
     if not body:
         raise InvalidRequest("request body is empty; expected a JSON object")
     try:
         value = _decoder.decode(body)
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"request body is not valid UTF-8: {exc.reason} at byte {exc.start}"
+        ) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from exc
-    if _depth_exceeds(value, MAX_JSON_DEPTH):
+    shape = _measure(value)
+    if shape.depth > MAX_JSON_DEPTH:
         raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    if _has_duplicate_keys(body, shape):
+        raise InvalidRequest(
+            "request body has an object with the same key twice (I-JSON, RFC 7493, forbids it)"
+        )
+    if _ESCAPED_NUL in body and shape.has_nul:
+        raise InvalidRequest(
+            "request body holds the character U+0000 (NUL) in a string; it cannot be stored"
+        )
     return value
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Iteratively, so that the check itself cannot overflow the stack."""
+class _Shape:
+    """What one walk over a decoded document finds (``_measure``)."""
+
+    __slots__ = ("colons", "depth", "has_nul", "keys")
+
+    def __init__(self) -> None:
+        self.depth = 0  # deepest nesting of objects and arrays; stops growing past the limit
+        self.keys = 0  # object members the decoder kept
+        self.colons = 0  # ":" characters inside the kept keys and strings
+        self.has_nul = False
+
+
+def _measure(value: Any) -> _Shape:
+    """One iterative walk (it cannot overflow the stack): depth, keys, colons, NUL."""
+    shape = _Shape()
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, str):
+            shape.colons += item.count(":")
+            shape.has_nul = shape.has_nul or "\x00" in item
+            continue
         if isinstance(item, dict):
+            shape.keys += len(item)
+            for key in item:
+                shape.colons += key.count(":")
+                shape.has_nul = shape.has_nul or "\x00" in key
             children: Any = item.values()
         elif isinstance(item, list):
             children = item
         else:
             continue
-        if depth > limit:
-            return True
+        shape.depth = max(shape.depth, depth)
+        if depth > MAX_JSON_DEPTH:
+            return shape
         stack.extend((child, depth + 1) for child in children)
+    return shape
+
+
+def _has_duplicate_keys(body: bytes, shape: _Shape) -> bool:
+    """Whether some object of ``body`` (valid JSON) names one key twice.
+
+    msgspec keeps the last of duplicate keys silently, so they are counted instead:
+    outside strings, a valid JSON text has exactly one ``:`` per object member, so its
+    colons are the members it wrote plus the colons inside its strings. Without escaped
+    colons, every colon inside a string shows in the decoded strings too, so the body
+    has more colons than the decoded keys and strings account for exactly when the
+    decoder dropped a member (and, with it, its key and value). An escaped colon
+    (``\\u003a``) breaks that count; such rare bodies are parsed once more, by the
+    standard library, keeping every member.
+    """
+    if any(escaped in body for escaped in _ESCAPED_COLONS):
+        return _pairs_repeat_a_key(body)
+    return body.count(b":") > shape.keys + shape.colons
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _DuplicateKey
+    return found
+
+
+def _pairs_repeat_a_key(body: bytes) -> bool:
+    try:
+        json.loads(body, object_pairs_hook=_refuse_repeats)
+    except _DuplicateKey:
+        return True
     return False
 
 

@@ -56,6 +56,7 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
             url,
             connect_args={"check_same_thread": False, "timeout": 10},
         )
+        _create_private(engine)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -70,6 +71,21 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
     if schema is not None:
         connect_args["options"] = f"-csearch_path={schema}"
     return create_engine(url, connect_args=connect_args, pool_size=10, pool_pre_ping=True)
+
+
+def _create_private(engine: Engine) -> None:
+    """Create a new SQLite database file readable by its owner only (0600).
+
+    It holds receipts, API-key hashes and sealed signing keys; SQLite would create it
+    0644 (less the umask). SQLite gives the ``-wal`` and ``-shm`` files it creates later
+    the database file's own permissions, so those are 0600 too. An existing file keeps
+    the mode its operator chose.
+    """
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class WriterLock:
