@@ -149,11 +149,11 @@ ALL_KEYS = (PRIMARY, SECONDARY, RETIRED, REVOKED, UNLISTED, ATTACKER)
 
 def _standard_keylist() -> dict[str, Any]:
     records = [RETIRED.record(), REVOKED.record(), PRIMARY.record(), SECONDARY.record()]
-    return key_list_document(records, ISSUER, ts(NOW))
+    return key_list_document(records, ISSUER)
 
 
 def _entry(key: TestKey) -> dict[str, Any]:
-    entries: list[dict[str, Any]] = key_list_document([key.record()], ISSUER, ts(NOW))["keys"]
+    entries: list[dict[str, Any]] = key_list_document([key.record()], ISSUER)["keys"]
     return entries[0]
 
 

@@ -71,22 +71,24 @@ def test_private_key_is_not_stored_in_clear() -> None:
 
 
 def test_new_key_is_active() -> None:
-    assert _record().status(NOW) == "active"
+    assert _record().status() == "active"
 
 
-def test_key_is_active_until_its_retirement_time() -> None:
+def test_key_past_its_retirement_is_still_published_as_active() -> None:
+    # Variant B's enum is active | revoked; the retirement is told by expires_at.
     record = _record(retired_at=NOW + timedelta(seconds=60))
-    assert record.status(NOW + timedelta(seconds=59)) == "active"
+    assert record.status() == "active"
 
 
-def test_key_is_retired_from_its_retirement_time() -> None:
+def test_key_signs_until_just_before_its_retirement_time() -> None:
     record = _record(retired_at=NOW + timedelta(seconds=60))
-    assert record.status(NOW + timedelta(seconds=60)) == "retired"
+    assert record.can_sign_at(NOW + timedelta(seconds=60) - timedelta(microseconds=1))
+    assert not record.can_sign_at(NOW + timedelta(seconds=60))
 
 
 def test_revoked_key_is_revoked_whatever_its_retirement() -> None:
     record = _record(retired_at=NOW, revoked_at=NOW + timedelta(seconds=1))
-    assert record.status(NOW + timedelta(days=1)) == "revoked"
+    assert record.status() == "revoked"
 
 
 def test_active_key_can_sign_from_its_creation() -> None:
@@ -204,7 +206,7 @@ def test_sealing_twice_gives_different_ciphertexts() -> None:
 
 
 def test_key_list_document_has_keys_issuer_and_an_hour_of_cache_ttl() -> None:
-    document = key_list_document([_record()], "https://authz.example.com", NOW)
+    document = key_list_document([_record()], "https://authz.example.com")
     assert set(document) == {"keys", "issuer", "cache_ttl"}
     assert document["issuer"] == "https://authz.example.com"
     assert document["cache_ttl"] == KEY_LIST_CACHE_TTL == 3600
@@ -212,7 +214,7 @@ def test_key_list_document_has_keys_issuer_and_an_hour_of_cache_ttl() -> None:
 
 def test_key_list_entry_carries_variant_a_and_b_fields() -> None:
     record = _record()
-    (entry,) = key_list_document([record], "https://authz.example.com", NOW)["keys"]
+    (entry,) = key_list_document([record], "https://authz.example.com")["keys"]
     assert set(entry) == {"id", "key_id", "algorithm", "public_key", "created_at", "status"}
     assert entry["id"] == entry["key_id"] == record.key_id
     assert entry["algorithm"] == "Ed25519"
@@ -222,23 +224,32 @@ def test_key_list_entry_carries_variant_a_and_b_fields() -> None:
 
 def test_key_list_public_key_is_base64_spki_der_of_the_raw_key() -> None:
     record = _record()
-    (entry,) = key_list_document([record], "https://authz.example.com", NOW)["keys"]
+    (entry,) = key_list_document([record], "https://authz.example.com")["keys"]
     public_key = load_der_public_key(base64.b64decode(entry["public_key"], validate=True))
     assert isinstance(public_key, Ed25519PublicKey)
     assert public_key.public_bytes(Encoding.Raw, PublicFormat.Raw) == record.public_key
 
 
-def test_retired_key_is_listed_with_its_retirement_as_expires_at() -> None:
+def test_retired_key_is_listed_active_with_its_retirement_as_expires_at() -> None:
     record = _record(retired_at=NOW + timedelta(seconds=60))
-    later = NOW + timedelta(minutes=5)
-    (entry,) = key_list_document([record], "https://authz.example.com", later)["keys"]
-    assert entry["status"] == "retired"
+    (entry,) = key_list_document([record], "https://authz.example.com")["keys"]
+    assert entry["status"] == "active"
     assert entry["expires_at"] == "2026-03-14T12:01:00.123Z"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [_record(), _record(retired_at=NOW), _record(revoked_at=NOW)],
+    ids=["signing", "retired", "revoked"],
+)
+def test_listed_status_is_always_in_the_published_enum(record: SigningKeyRecord) -> None:
+    (entry,) = key_list_document([record], "https://authz.example.com")["keys"]
+    assert entry["status"] in {"active", "revoked"}
 
 
 def test_revoked_key_is_listed_as_revoked() -> None:
     record = _record(revoked_at=NOW + timedelta(seconds=5))
-    (entry,) = key_list_document([record], "https://authz.example.com", NOW)["keys"]
+    (entry,) = key_list_document([record], "https://authz.example.com")["keys"]
     assert entry["status"] == "revoked"
     assert entry["expires_at"] == "2026-03-14T12:00:05.123Z"
 

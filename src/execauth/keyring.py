@@ -73,15 +73,23 @@ class SigningKeyRecord:
     retired_at: datetime | None
     revoked_at: datetime | None
 
-    def status(self, now: datetime) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.retired_at is not None and self.retired_at <= now:
-            return "retired"
-        return "active"
+    def status(self) -> str:
+        """The published status: ``revoked`` or ``active``, nothing else (spec §2.3).
+
+        A key past its retirement is still ``active``: its ``expires_at`` already
+        tells a verifier that receipts dated from then on do not verify with it,
+        and a third value would make a client that checks the published enum
+        reject the whole list (docs/decisions.md, "key status").
+        """
+        return "revoked" if self.revoked_at is not None else "active"
 
     def can_sign_at(self, now: datetime) -> bool:
-        return self.status(now) == "active" and self.created_at <= now
+        """Inside its signing window ``created_at <= now < retired_at`` and not revoked."""
+        return (
+            self.revoked_at is None
+            and self.created_at <= now
+            and (self.retired_at is None or now < self.retired_at)
+        )
 
 
 class ActiveSigner:
@@ -148,7 +156,7 @@ def _spki_base64(raw_public: bytes) -> str:
     return base64.b64encode(spki).decode("ascii")
 
 
-def key_list_entry(record: SigningKeyRecord, now: datetime) -> dict[str, Any]:
+def key_list_entry(record: SigningKeyRecord) -> dict[str, Any]:
     """One entry of the published key list.
 
     ``expires_at`` is when the key stops (or stopped) signing: its retirement
@@ -163,19 +171,17 @@ def key_list_entry(record: SigningKeyRecord, now: datetime) -> dict[str, Any]:
         "algorithm": "Ed25519",
         "public_key": _spki_base64(record.public_key),
         "created_at": format_timestamp(record.created_at),
-        "status": record.status(now),
+        "status": record.status(),
     }
     if ended is not None:
         entry["expires_at"] = format_timestamp(ended)
     return entry
 
 
-def key_list_document(
-    records: Iterable[SigningKeyRecord], issuer: str, now: datetime
-) -> dict[str, Any]:
-    """``GET /.well-known/service-keys.json`` (DESIGN.md §2)."""
+def key_list_document(records: Iterable[SigningKeyRecord], issuer: str) -> dict[str, Any]:
+    """``GET /.well-known/service-keys.json`` (docs/receipts.md, "Key lists")."""
     return {
-        "keys": [key_list_entry(r, now) for r in records],
+        "keys": [key_list_entry(r) for r in records],
         "issuer": issuer,
         "cache_ttl": KEY_LIST_CACHE_TTL,
     }

@@ -441,7 +441,7 @@ def foreign_key_list() -> tuple[ActiveSigner, dict[str, Any]]:
     """A signing key of our own and its key list (not the service's)."""
     created = datetime.now(UTC) - timedelta(days=1)
     record = generate_signing_key(SECRET, created)
-    return unseal_signer(SECRET, record), key_list_document([record], ISSUER, created)
+    return unseal_signer(SECRET, record), key_list_document([record], ISSUER)
 
 
 def signed_permit(

@@ -51,7 +51,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
     record = generate_signing_key(SECRET, created)
     signer = unseal_signer(SECRET, record)
     keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps(key_list_document([record], "https://execauth.test", created)))
+    keys.write_text(json.dumps(key_list_document([record], "https://execauth.test")))
     now = datetime.now(UTC)
     paths = {"keys": keys}
     for name, receipt in {

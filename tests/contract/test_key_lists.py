@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from execauth.keyring import ROTATION_OVERLAP, generate_signing_key
 from execauth.runtime import Runtime
+from execauth.wire_time import format_timestamp, truncate_to_millis
 
 pytestmark = pytest.mark.anyio
 
@@ -85,6 +86,23 @@ async def test_rotation_publishes_both_keys_and_signs_with_the_new_one(
     for receipt in (old_receipt, new_receipt):
         verdict = await client.post("/protocol/verify-signature", json=receipt)
         assert verdict.json()["valid"] is True
+
+
+async def test_key_past_its_retirement_is_listed_active_with_its_end_as_expires_at(
+    client: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    # Variant B's status enum is active | revoked: a client validating it must not
+    # refuse the whole list because one key's window has ended.
+    now = truncate_to_millis(datetime.now(UTC))
+    (old,) = runtime.keyring.records
+    runtime.signing_keys.rotate(generate_signing_key(runtime.secret, now), now, "test")
+    runtime.keyring.refresh(now + timedelta(seconds=1))
+    listed = {
+        k["key_id"]: k for k in (await client.get("/.well-known/service-keys.json")).json()["keys"]
+    }
+    assert listed[old.key_id]["status"] == "active"
+    assert listed[old.key_id]["expires_at"] == format_timestamp(now)
+    assert {k["status"] for k in listed.values()} == {"active"}
 
 
 async def test_revoked_key_is_listed_as_revoked_and_left_out_of_jwks(

@@ -23,7 +23,8 @@ export interface KeyListEntry {
   public_key?: string;
   created_at?: string;
   expires_at?: string | null;
-  status?: "active" | "retired" | "revoked" | string;
+  /** `active` or `revoked` as published; other text (e.g. an older list's `retired`) counts as not revoked. */
+  status?: "active" | "revoked" | string;
   [field: string]: unknown;
 }
 

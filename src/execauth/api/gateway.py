@@ -74,8 +74,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return json_response(result.receipt, status, headers)
 
     async def service_keys(request: Request) -> Response:
-        now = service.clock()
-        document = key_list_document(runtime.keyring.records, settings.issuer, now)
+        document = key_list_document(runtime.keyring.records, settings.issuer)
         return json_response(document, headers=PUBLIC_CACHE)
 
     async def jwks(request: Request) -> Response:
@@ -91,9 +90,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         body = await read_json_body(request, settings.max_body_bytes)
         receipt = body.get("receipt", body) if isinstance(body, dict) else body
         now = service.clock()
-        keys, issuer = parse_key_list(
-            key_list_document(runtime.keyring.records, settings.issuer, now)
-        )
+        keys, issuer = parse_key_list(key_list_document(runtime.keyring.records, settings.issuer))
         verdict = verify_receipt(receipt, keys, now=now, issuer=issuer)
         return json_response(
             {

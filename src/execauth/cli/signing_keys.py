@@ -40,8 +40,7 @@ def _open() -> tuple[SigningKeyStore, object]:
 def list_keys(as_json: JsonFlag = False) -> None:
     """Show every signing key and its status."""
     store, _ = _open()
-    now = datetime.now(UTC)
-    entries = [key_list_entry(r, now) for r in store.all_keys()]
+    entries = [key_list_entry(r) for r in store.all_keys()]
     if as_json:
         typer.echo(json.dumps(entries, indent=2))
         return
