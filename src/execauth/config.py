@@ -75,6 +75,17 @@ class Settings(BaseSettings):
     default_plan: str | None = None
     max_body_bytes: int = 64 * 1024
     write_timeout_seconds: float = 10.0
+    # Server limits, per serving process (docs/operations.md, "Server limits"): a longer
+    # URL is 414, a larger head 431; a head must arrive within the head timeout and then
+    # its body within the request timeout (else 408); more connections than
+    # max_connections get 503; a stop waits up to shutdown_timeout for in-flight requests.
+    max_url_bytes: int = Field(default=8 * 1024, ge=256)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    request_head_timeout_seconds: float = Field(default=10.0, gt=0)
+    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    keep_alive_timeout_seconds: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=4096, ge=1)
+    shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
     writer_max_batch: int = 512
     # How often an instance re-reads keys and policies changed by another process.
     refresh_interval_seconds: float = 1.0

@@ -9,7 +9,9 @@ workers, restarts it if it dies while serving, and stops it after the workers.
 Stopping: the writer outlives the gateways. Ctrl-C reaches the whole process
 group, so the writer ignores SIGINT; on SIGTERM, or when its parent is gone, it
 stops accepting connections, keeps serving the open ones until the gateways have
-closed them (at most ``DRAIN_SECONDS``), then commits what is queued and exits.
+closed them (at most the gateways' own drain, ``EXECAUTH_SHUTDOWN_TIMEOUT_SECONDS``,
+plus ``DRAIN_MARGIN_SECONDS``), then commits what is queued and exits: a gateway still
+finishing an in-flight request always has its writer.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
 
 log = logging.getLogger("execauth.writer")
-DRAIN_SECONDS = 15.0
+DRAIN_MARGIN_SECONDS = 5.0
 READY_TIMEOUT_SECONDS = 30.0
 
 
@@ -68,7 +70,15 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
     sequencer.start(writer)
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
-        uvloop.run(_serve(writer, keyring, socket_path, settings.refresh_interval_seconds))
+        uvloop.run(
+            _serve(
+                writer,
+                keyring,
+                socket_path,
+                settings.refresh_interval_seconds,
+                drain_seconds=settings.shutdown_timeout_seconds + DRAIN_MARGIN_SECONDS,
+            )
+        )
     finally:
         sequencer.stop()
         writer.stop()  # commits everything still queued
@@ -76,7 +86,12 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
 
 
 async def _serve(
-    writer: ReceiptWriter, keyring: Keyring, socket_path: str, refresh_seconds: float
+    writer: ReceiptWriter,
+    keyring: Keyring,
+    socket_path: str,
+    refresh_seconds: float,
+    *,
+    drain_seconds: float,
 ) -> None:
     server = WriterServer(writer.write)
     await server.start(socket_path)
@@ -98,17 +113,20 @@ async def _serve(
             await asyncio.wait_for(stopping.wait(), refresh_seconds)
     await server.close()
     try:
-        async with asyncio.timeout(DRAIN_SECONDS):
+        async with asyncio.timeout(drain_seconds):
             await server.wait_idle()
     except TimeoutError:
-        log.warning("gateways still connected after %.0f s; the writer stops", DRAIN_SECONDS)
+        log.warning("gateways still connected after %.0f s; the writer stops", drain_seconds)
 
 
 class WriterProcess:
     """The parent's handle on the writer process."""
 
-    def __init__(self, socket_path: str, *, log_level: str = "info") -> None:
+    def __init__(
+        self, socket_path: str, *, log_level: str = "info", drain_seconds: float = 30.0
+    ) -> None:
         self.socket_path = socket_path
+        self._drain_seconds = drain_seconds + DRAIN_MARGIN_SECONDS
         self._log_level = log_level
         self._context = multiprocessing.get_context("spawn")
         self._process: BaseProcess | None = None
@@ -128,7 +146,7 @@ class WriterProcess:
             return
         if process.is_alive():
             process.terminate()  # SIGTERM: drain, commit, exit
-            process.join(DRAIN_SECONDS + 15)
+            process.join(self._drain_seconds + 15)
         if process.is_alive():
             log.error("the receipt writer process did not stop; killing it")
             process.kill()

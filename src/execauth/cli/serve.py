@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -14,8 +15,11 @@ import uvicorn
 from rich.console import Console
 from rich.panel import Panel
 from starlette.applications import Starlette
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
 
 from execauth.api.app import SURFACES, create_app
+from execauth.api.server_limits import LimitedConfig, ServerLimits
 from execauth.api.worker import (
     SHARED_GENERATION_VARIABLE,
     SURFACES_VARIABLE,
@@ -58,7 +62,11 @@ def serve(
     if settings.workers == 1:
         runtime = bootstrap(settings)
         _show_admin_token(runtime.generated_admin_token)
-        _run_uvicorn(create_app(runtime, surfaces=chosen), *listen)
+        _run_uvicorn(
+            create_app(runtime, surfaces=chosen),
+            *listen,
+            settings=settings,
+        )
         return
     # Several processes, each with its own GIL (docs/architecture.md): prepare once here,
     # start the writer process, then let uvicorn start the gateway workers, which share
@@ -68,33 +76,71 @@ def serve(
     os.environ[MULTIPROCESS_DIR_VARIABLE] = str(Path(scratch, "metrics"))
     Path(scratch, "metrics").mkdir()
     os.environ[SURFACES_VARIABLE] = ",".join(chosen)
-    writer = WriterProcess(str(Path(scratch, "writer.sock")), log_level=log_level)
+    writer = WriterProcess(
+        str(Path(scratch, "writer.sock")),
+        log_level=log_level,
+        drain_seconds=settings.shutdown_timeout_seconds,
+    )
     os.environ[WRITER_SOCKET_VARIABLE] = writer.socket_path
     os.environ[SHARED_GENERATION_VARIABLE] = str(Path(scratch, "generation"))
     try:
         writer.start()
-        _run_uvicorn("execauth.api.worker:worker_app", *listen, workers=settings.workers)
+        _run_uvicorn(
+            "execauth.api.worker:worker_app",
+            *listen,
+            settings=settings,
+            workers=settings.workers,
+        )
     finally:
         writer.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_uvicorn(
-    app: Starlette | str, host: str, port: int, log_level: str, *, workers: int = 1
+    app: Starlette | str,
+    host: str,
+    port: int,
+    log_level: str,
+    *,
+    settings: Settings,
+    workers: int = 1,
 ) -> None:
-    """uvicorn as we serve: uvloop, httptools, no access log; a string app is a factory."""
-    uvicorn.run(
+    """uvicorn as we serve: uvloop, httptools with our limits (api/server_limits.py), no
+    access log; a string app is a factory.
+    """
+    limits = ServerLimits(
+        max_url_bytes=settings.max_url_bytes,
+        max_head_bytes=settings.max_header_bytes,
+        head_timeout_seconds=settings.request_head_timeout_seconds,
+        request_timeout_seconds=settings.request_timeout_seconds,
+    )
+    config = LimitedConfig(
         app,
+        limits=limits,
         host=host,
         port=port,
         workers=workers if isinstance(app, str) else None,
         factory=isinstance(app, str),
         loop="uvloop",
-        http="httptools",
         log_level=log_level,
         access_log=False,
         server_header=False,
+        # Past this many connections (or requests in progress) a request gets 503; the
+        # read deadlines of server_limits keep half-sent connections from holding it.
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=math.ceil(settings.keep_alive_timeout_seconds),
+        # SIGTERM: stop accepting, let in-flight requests finish (at most this long).
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_seconds),
     )
+    server = uvicorn.Server(config)
+    if config.workers > 1:
+        # What uvicorn.run does for workers, with our Config (it carries the limits).
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return
+    config.load_app()
+    server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
 
 
 def _show_admin_token(token: str | None) -> None:
