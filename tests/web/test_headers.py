@@ -47,7 +47,9 @@ async def test_every_console_page_has_a_strict_csp(console: Console, path: str) 
     assert response.headers["cache-control"] == "no-store"
 
 
-@pytest.mark.parametrize("path", ["/verify", "/console/login", "/console/nope-404"])
+@pytest.mark.parametrize(
+    "path", ["/verify", "/console/login", "/console/nope-404", "/", "/trust", "/guides/python"]
+)
 async def test_public_pages_and_errors_have_a_strict_csp(
     client: httpx.AsyncClient, path: str
 ) -> None:

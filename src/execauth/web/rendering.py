@@ -126,7 +126,8 @@ class Renderer:
         status: int = 200,
         headers: Mapping[str, str] | None = None,
     ) -> Response:
-        body = self.env.get_template(template).render({"operator": None, "path": "", **context})
+        defaults = {"operator": None, "path": "", "public_nav": False}
+        body = self.env.get_template(template).render({**defaults, **context})
         response = Response(body, status, media_type="text/html; charset=utf-8")
         response.headers["Cache-Control"] = PAGE_CACHE
         response.headers.update(headers or {})

@@ -1,6 +1,7 @@
 """The web console and the public ``/verify`` page, as routes for the app factory.
 
-``/verify`` and the static assets belong to the gateway surface (public); the
+``/verify``, the public site (``/``, ``/trust``, ``/guides``) and the static assets
+belong to the gateway surface (public); the
 console belongs to the operator surface. Assets are served wherever a page is,
 so a listener with only the operator surface still has its stylesheet.
 """
@@ -17,6 +18,7 @@ from execauth.service import ExecutionService
 from execauth.web.auth import ConsoleAuth
 from execauth.web.console import console_pages
 from execauth.web.manage import manage_pages
+from execauth.web.public import site_pages
 from execauth.web.rendering import STATIC_PREFIX, Renderer, page_route
 
 
@@ -31,10 +33,15 @@ def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseR
             """Receipts are checked in the browser; this page never receives one."""
             return renderer.page(
                 "verify.html",
-                {"operator": None, "path": "/verify", "now": request.query_params.get("now", "")},
+                {
+                    "path": "/verify",
+                    "now": request.query_params.get("now", ""),
+                    "public_nav": True,
+                },
             )
 
         routes.append(page_route("/verify", renderer.html_endpoint(verify_page), "GET"))
+        routes += site_pages(service, renderer)
     if "operator" in surfaces:
         auth = ConsoleAuth(service, renderer)
         routes += console_pages(service, renderer, auth)
