@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from execauth.errors import InternalError, InvalidRequest, NotFound
 from execauth.policy.decision import PolicyRef
-from execauth.policy.document import parse_policy_document
+from execauth.policy.document import parse_policy_data, parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy
 from execauth.policy.replay import (
     ImpactReport,
@@ -75,16 +75,32 @@ class ReplayService:
     async def impact(
         self,
         org_id: str,
-        draft_text: str,
+        draft: str | dict[str, Any],
         policy_id: str,
         since: datetime | None,
         until: datetime | None,
     ) -> dict[str, Any]:
-        """What would change if ``draft_text`` were published as the next ``policy_id``."""
-        document = parse_policy_document(draft_text, policy_id=policy_id, source_name=policy_id)
-        draft = compile_policy(document, PolicyRef(policy_id, 0, document.policy_hash))
-        report = await anyio.to_thread.run_sync(self._impact, org_id, draft, since, until)
-        return {"policy_id": policy_id, "draft_policy_hash": document.policy_hash, **report.view()}
+        """What would change if ``draft`` were published as the next ``policy_id``.
+
+        ``draft`` is the document's YAML or JSON text, or the decoded JSON object, as
+        publishing takes either; it is checked as publishing checks it. The answer's
+        ``published_version`` is the version the draft would replace, ``None`` when no
+        published policy has that id (so a report of no change is not mistaken for one).
+        """
+        if isinstance(draft, str):
+            document = parse_policy_document(draft, policy_id=policy_id, source_name=policy_id)
+        else:
+            document = parse_policy_data(draft, policy_id=policy_id, source_name=policy_id)
+        compiled = compile_policy(document, PolicyRef(policy_id, 0, document.policy_hash))
+        report, replaced = await anyio.to_thread.run_sync(
+            self._impact, org_id, compiled, since, until
+        )
+        return {
+            "policy_id": policy_id,
+            "draft_policy_hash": document.policy_hash,
+            "published_version": replaced,
+            **report.view(),
+        }
 
     # --- blocking parts, run in a worker thread ------------------------------
     def _replay_record(self, record: ExecutionRecord) -> dict[str, Any]:
@@ -113,14 +129,18 @@ class ReplayService:
 
     def _impact(
         self, org_id: str, draft: CompiledPolicy, since: datetime | None, until: datetime | None
-    ) -> ImpactReport:
+    ) -> tuple[ImpactReport, int | None]:
+        """The report, and the published version the draft replaces (``None``: none)."""
+        latest = self._runtime.control.latest_policies(org_id)
+        replaced = next((s.version for s in latest if s.policy_id == draft.ref.policy_id), None)
         active = [
             self._service.policies.compiled(stored)
-            for stored in self._runtime.control.latest_policies(org_id)
+            for stored in latest
             if stored.policy_id != draft.ref.policy_id
         ]
         policies = PolicySet([*active, draft])
-        return impact(policies, (_recorded(r) for r in self._history(org_id, since, until)))
+        records = (_recorded(r) for r in self._history(org_id, since, until))
+        return impact(policies, records), replaced
 
     def _policy_version(self, org_id: str, policy_id: str, version: int) -> CompiledPolicy:
         stored = self._runtime.control.get_policy(org_id, policy_id, version)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from starlette.applications import Starlette
 
 from execauth.errors import InvalidRequest
@@ -72,7 +73,7 @@ async def test_replaying_an_execution_reproduces_decision_rule_and_reason(
 ) -> None:
     receipt = await execute(client, ops, body)
     response = await client.post(
-        f"/operator/executions/{receipt['execution_id']}/replay", headers=ops.auditor
+        f"/operator/executions/{receipt['execution_id']}/replay", headers=ops.admin
     )
     result = response.json()
     assert result["matches"] is True
@@ -90,7 +91,7 @@ async def test_replay_uses_the_version_that_decided_not_the_latest(
     )
     result = (
         await client.post(
-            f"/operator/executions/{receipt['execution_id']}/replay", headers=ops.auditor
+            f"/operator/executions/{receipt['execution_id']}/replay", headers=ops.admin
         )
     ).json()
     assert (result["policy_version"], result["matches"]) == (1, True)
@@ -107,6 +108,15 @@ async def test_a_replay_is_recorded_in_the_executions_lineage(
     assert event["kind"] == "replay"
     assert event["matches"] is True
     assert event["actor"] == f"key:{ops.admin_key_id}"
+
+
+async def test_an_auditor_cannot_replay_an_execution_because_it_writes_lineage(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    receipt = await execute(client, ops, PERMIT)
+    path = f"/operator/executions/{receipt['execution_id']}"
+    assert (await client.post(path + "/replay", headers=ops.auditor)).status_code == 403
+    assert (await client.get(path, headers=ops.auditor)).json()["lineage"] == []
 
 
 async def test_replaying_a_range_finds_no_mismatch(
@@ -186,6 +196,49 @@ async def test_an_invalid_draft_is_400_with_the_reason(
     )
     assert response.status_code == 400
     assert "freeze" in response.text
+
+
+async def test_a_draft_sent_as_a_json_object_is_analysed_as_its_text_is(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    await execute(client, ops, PERMIT)
+    as_text = await impact_of(client, ops, STRICTER)
+    response = await client.post(
+        "/operator/replay",
+        json={"policy": yaml.safe_load(STRICTER), "policy_id": "deploys"},
+        headers=ops.auditor,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == as_text
+
+
+async def test_an_invalid_draft_object_is_400_naming_the_rule(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    document = yaml.safe_load(STRICTER)
+    document["surfaces"][0]["rules"][0]["deny"] = "contxt.branch == 'main'"
+    response = await client.post(
+        "/operator/replay", json={"policy": document, "policy_id": "deploys"}, headers=ops.admin
+    )
+    assert response.status_code == 400
+    (detail,) = response.json()["details"]
+    assert detail["rule_id"] == "freeze"
+    assert "'contxt'" in detail["reason"]
+
+
+async def test_impact_names_the_published_version_the_draft_replaces(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    assert (await impact_of(client, ops, STRICTER))["published_version"] == 1
+
+
+async def test_impact_of_a_draft_whose_id_matches_no_published_policy_says_so(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    response = await client.post(
+        "/operator/replay", json={"policy": STRICTER, "policy_id": "deploy"}, headers=ops.auditor
+    )
+    assert response.json()["published_version"] is None
 
 
 async def test_replaying_another_orgs_execution_is_404(

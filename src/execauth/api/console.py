@@ -17,18 +17,18 @@ from starlette.routing import BaseRoute, Route
 from execauth.api.history import audit_page
 from execauth.api.key_routes import KeyHandlers
 from execauth.api.pagination import MAX_INT32, month_param, query_int, query_text, time_param
+from execauth.api.policy_routes import PolicyHandlers
 from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.views import org_view, policy_view
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.control_plane import ControlPlane, UsageQueries
-from execauth.errors import InvalidRequest, NotFound, PayloadTooLarge, Unauthorized
+from execauth.errors import InvalidRequest, NotFound, Unauthorized
 from execauth.export import build_bundle
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
 from execauth.tenancy.audit import PLATFORM_ADMIN
 
 Handler = Callable[[Request], Awaitable[Response]]
-MAX_POLICY_BYTES = 256 * 1024
 
 
 class NewOrg(msgspec.Struct, forbid_unknown_fields=True):
@@ -65,6 +65,7 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
 
     keys = KeyHandlers(plane, path_org, max_body)
     replays = ReplayHandlers(ReplayService(service), path_org)
+    policies = PolicyHandlers(plane, control, path_org)
 
     async def create_org(request: Request) -> Response:
         spec = decode_as(await read_json_body(request, max_body), NewOrg)
@@ -91,21 +92,6 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
             disabled=spec.disabled,
         )
         return json_response(org_view(org))
-
-    async def publish_policy(request: Request) -> Response:
-        org_id, actor = await path_org(request)
-        policy_id = request.path_params["policy_id"]
-        raw = await request.body()
-        if len(raw) > MAX_POLICY_BYTES:
-            raise PayloadTooLarge(f"policy documents are limited to {MAX_POLICY_BYTES} bytes")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest("policy document must be UTF-8 text") from exc
-        version, policy_hash = await plane.publish_policy(org_id, policy_id, text, actor=actor)
-        return json_response(
-            {"policy_id": policy_id, "version": version, "policy_hash": policy_hash}, 201
-        )
 
     async def list_policies(request: Request) -> Response:
         org_id, _ = await path_org(request)
@@ -153,7 +139,7 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         Route(org + "/keys/{key_id}/rotate", admin_only(keys.rotate), methods=["POST"]),
         Route(org + "/keys/{key_id}", admin_only(keys.revoke), methods=["DELETE"]),
         Route(org + "/policies", admin_only(list_policies), methods=["GET"]),
-        Route(org + "/policies/{policy_id}", admin_only(publish_policy), methods=["PUT"]),
+        Route(org + "/policies/{policy_id}", admin_only(policies.publish), methods=["PUT"]),
         Route(org + "/policies/{policy_id}", admin_only(show_policy), methods=["GET"]),
         Route(org + "/usage", admin_only(org_usage), methods=["GET"]),
         Route(org + "/replay", admin_only(replays.range), methods=["POST"]),

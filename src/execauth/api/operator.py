@@ -1,8 +1,9 @@
 """The operator surface under ``/operator``: an organization's own admin and auditor keys.
 
 Everything here is scoped to the caller's organization; another org's ids are
-simply not found (404), never shown. ``admin`` keys may change keys; ``auditor``
-keys may only read; ``execute`` keys have no access (403).
+simply not found (404), never shown. ``admin`` keys may change keys and publish
+policies; ``auditor`` keys may only read (a replay of one execution writes its lineage,
+so it needs ``admin``); ``execute`` keys have no access (403).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from execauth.api.history import audit_page, executions_page
 from execauth.api.key_routes import KeyHandlers
 from execauth.api.pagination import month_param
+from execauth.api.policy_routes import PolicyHandlers
 from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.views import execution_detail
 from execauth.api.wire import json_response
@@ -54,9 +56,14 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
 
     readers, writers = scope(READERS), scope(WRITERS)
     max_body = runtime.settings.max_body_bytes
-    replays = ReplayHandlers(ReplayService(service), readers)
+    replay_service = ReplayService(service)
+    replays = ReplayHandlers(replay_service, readers)
+    # Replaying one execution appends to its lineage, a write: admin only (auditors read).
+    lineage_replays = ReplayHandlers(replay_service, writers)
     read_keys = KeyHandlers(plane, readers, max_body)
     write_keys = KeyHandlers(plane, writers, max_body)
+    read_policies = PolicyHandlers(plane, runtime.control, readers)
+    write_policies = PolicyHandlers(plane, runtime.control, writers)
 
     async def list_executions(request: Request) -> Response:
         org_id, _ = await readers(request)
@@ -86,8 +93,11 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/operator/keys/{key_id}", write_keys.revoke, methods=["DELETE"]),
         Route("/operator/executions", list_executions, methods=["GET"]),
         Route("/operator/executions/{execution_id}", show_execution, methods=["GET"]),
-        Route("/operator/executions/{execution_id}/replay", replays.one, methods=["POST"]),
+        Route("/operator/executions/{execution_id}/replay", lineage_replays.one, methods=["POST"]),
         Route("/operator/replay", replays.range, methods=["POST"]),
+        Route("/operator/policies", read_policies.list, methods=["GET"]),
+        Route("/operator/policies/{policy_id}", read_policies.show, methods=["GET"]),
+        Route("/operator/policies/{policy_id}", write_policies.publish, methods=["PUT"]),
         Route("/operator/audit", audit, methods=["GET"]),
         Route("/operator/usage", org_usage, methods=["GET"]),
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,7 +20,8 @@ MAX_DRAFT_BYTES = 256 * 1024
 class ReplayRange(msgspec.Struct, forbid_unknown_fields=True):
     since: str | None = None
     until: str | None = None
-    policy: str | None = None  # a draft document (YAML or JSON text): impact analysis
+    # A draft document, as publishing takes it: YAML or JSON text, or the JSON object.
+    policy: str | dict[str, Any] | None = None
     policy_id: str | None = None  # which policy the draft would replace
 
 

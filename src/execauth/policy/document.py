@@ -107,6 +107,23 @@ def parse_policy_document(
     if len(text.encode()) > MAX_DOCUMENT_BYTES:
         raise PolicyInvalid([PolicyProblem(source_name, "policy document exceeds 256 KiB")])
     data, lines = _load(text, source_name)
+    return _checked(data, lines, policy_id, source_name)
+
+
+def parse_policy_data(
+    data: Any, *, policy_id: str | None = None, source_name: str = "<policy>"
+) -> PolicyDocument:
+    """Shape-check a document already decoded from JSON (a draft sent as an object).
+
+    The same checks as ``parse_policy_document`` but for the text's: no size (the caller
+    bounded the body it came in) and no line numbers (there is no text to point into).
+    """
+    return _checked(data, {}, policy_id, source_name)
+
+
+def _checked(
+    data: Any, lines: dict[str, int], policy_id: str | None, source_name: str
+) -> PolicyDocument:
     checker = _Checker(lines, source_name)
     document = checker.document(data, policy_id)
     if checker.problems:
