@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -16,6 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from execauth.keyring import KEY_LIST_CACHE_TTL, RotationSchedule
 from execauth.tenancy.orgs import DEFAULT_PLAN, DEFAULT_PLANS, Plan
 
 
@@ -91,6 +93,12 @@ class Settings(BaseSettings):
     refresh_interval_seconds: float = 1.0
     # How often the sequencer looks for receipts to add to the Merkle logs.
     sequencer_interval_seconds: float = 0.25
+    # Automatic signing-key rotation (docs/operations.md, "Signing keys"): each key signs
+    # for the period; its successor is published the overlap before it takes over. On by
+    # default (spec §9: keys rotate periodically); "off" disables it. Durations as
+    # pydantic reads them: "90d", ISO 8601 "P90D" or "PT12H", or seconds in TOML.
+    key_rotation_period: timedelta | None = timedelta(days=90)
+    key_rotation_overlap: timedelta = timedelta(days=7)
 
     @model_validator(mode="after")
     def _catalog_is_not_empty(self) -> Settings:
@@ -111,6 +119,30 @@ class Settings(BaseSettings):
         if not self.issuer:
             self.issuer = listen_origin(self.host, self.port)
         return self
+
+    @field_validator("key_rotation_period", mode="before")
+    @classmethod
+    def _rotation_off(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() == "off" else value
+
+    @model_validator(mode="after")
+    def _rotation_overlap_fits(self) -> Settings:
+        period, overlap = self.key_rotation_period, self.key_rotation_overlap
+        if period is None:
+            return self
+        # A successor published less than a cache_ttl ahead could sign receipts that a
+        # client's cached key list does not know yet.
+        if overlap < timedelta(seconds=KEY_LIST_CACHE_TTL):
+            raise ValueError(f"key_rotation_overlap must be at least {KEY_LIST_CACHE_TTL} s")
+        if period <= overlap:
+            raise ValueError("key_rotation_period must be longer than key_rotation_overlap")
+        return self
+
+    def rotation_schedule(self) -> RotationSchedule | None:
+        """The automatic key rotation, or ``None`` when it is off."""
+        if self.key_rotation_period is None:
+            return None
+        return RotationSchedule(self.key_rotation_period, self.key_rotation_overlap)
 
     def plan_catalog(self) -> dict[str, Plan]:
         return {

@@ -45,6 +45,29 @@ def choose_signing_key(
     return max(usable, key=lambda r: r.created_at) if usable else None
 
 
+def next_signing_change(records: Iterable[SigningKeyRecord], now: datetime) -> datetime | None:
+    """The first instant after ``now`` at which a key's signing window opens or closes.
+
+    Until then ``choose_signing_key`` gives the same answer, so a keyring may keep its
+    choice; from then on it must choose again. That is how a successor published ahead
+    of a scheduled rotation takes over at exactly its ``created_at``, on every instance,
+    without waiting for the next refresh (revocations still arrive by refresh).
+    """
+    moments = [
+        moment
+        for r in records
+        if r.revoked_at is None
+        for moment in (r.created_at, r.retired_at)
+        if moment is not None and moment > now
+    ]
+    return min(moments, default=None)
+
+
+def may_sign_from(record: SigningKeyRecord, now: datetime) -> bool:
+    """Whether ``record`` signs at ``now`` or will later (not revoked, window not closed)."""
+    return record.revoked_at is None and (record.retired_at is None or now < record.retired_at)
+
+
 def needs_replacement(
     records: Iterable[SigningKeyRecord], revoked_key_id: str, now: datetime
 ) -> bool:
@@ -55,6 +78,47 @@ def needs_replacement(
     """
     return not any(
         r.key_id != revoked_key_id and r.can_sign_at(now) and r.retired_at is None for r in records
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RotationSchedule:
+    """Automatic rotation: each key signs for ``period``; its successor is published
+    ``overlap`` before it takes over, so clients that cache the key list (``cache_ttl``)
+    or pin it have the new key before any receipt is signed with it."""
+
+    period: timedelta
+    overlap: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class DueRotation:
+    """A rotation the schedule asks for now: ``current_key_id`` hands over at ``hands_over_at``."""
+
+    current_key_id: str
+    hands_over_at: datetime
+
+
+def due_rotation(
+    records: Iterable[SigningKeyRecord], now: datetime, schedule: RotationSchedule
+) -> DueRotation | None:
+    """The rotation due at ``now``, or ``None``.
+
+    The current key is the newest one without an end (neither retired nor revoked):
+    after a rotation that is the successor, so one rotation happens per period. It is
+    due from ``created_at + period - overlap``; the handover is at ``created_at +
+    period``, or ``now + overlap`` when the service was not running at the due time, so
+    a successor is always published a full overlap before it signs.
+    """
+    open_ended = [r for r in records if r.retired_at is None and r.revoked_at is None]
+    if not open_ended:
+        return None  # nothing signs without an end: rotate/revoke by hand or restart
+    current = max(open_ended, key=lambda r: r.created_at)
+    hands_over_at = current.created_at + schedule.period
+    if now < hands_over_at - schedule.overlap:
+        return None
+    return DueRotation(
+        current.key_id, truncate_to_millis(max(hands_over_at, now + schedule.overlap))
     )
 
 

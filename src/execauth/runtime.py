@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -19,9 +20,13 @@ from execauth.errors import SigningUnavailable
 from execauth.keyring import (
     ActiveSigner,
     KeyUnsealError,
+    RotationSchedule,
     SigningKeyRecord,
     choose_signing_key,
+    due_rotation,
     generate_signing_key,
+    may_sign_from,
+    next_signing_change,
     unseal_signer,
 )
 from execauth.metrics import Metrics
@@ -37,6 +42,8 @@ from execauth.store.writer import ReceiptWriter
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Plan
 
+log = logging.getLogger("execauth")
+SERVICE_ACTOR = "service"  # the audit actor of what the service does by itself
 ADMIN_TOKEN_SETTING = "admin_token_hash"  # noqa: S105 - a settings row name, not a secret
 ADMIN_TOKEN_PURPOSE = "admin-token-hash-v1"  # noqa: S105 - an HKDF label
 
@@ -45,8 +52,11 @@ class Keyring:
     """The published keys and the signer in use, refreshed from the database.
 
     Refreshing keeps every instance in step with ``execauth signing-keys rotate``
-    and ``revoke`` run elsewhere. When no key may sign, ``signer`` raises
-    ``SigningUnavailable``: the gateway answers 503, never an unsigned receipt.
+    and ``revoke`` run elsewhere, and with scheduled rotations. Every key that signs
+    now or will later is unsealed at refresh, so that the choice of signer can follow
+    key windows between refreshes (``next_signing_change``). When no key may sign,
+    ``signer`` raises ``SigningUnavailable``: the gateway answers 503, never an
+    unsigned receipt.
     """
 
     def __init__(self, store: SigningKeyStore, secret: ServerSecret) -> None:
@@ -54,28 +64,60 @@ class Keyring:
         self._secret = secret
         self._lock = threading.Lock()
         self.records: list[SigningKeyRecord] = []
+        self._signers: dict[str, ActiveSigner] = {}
         self._signer: ActiveSigner | None = None
         self._signer_record: SigningKeyRecord | None = None
+        # The choice above holds for chosen_from <= now < chosen_until (None: no end).
+        self._chosen_from = datetime.max.replace(tzinfo=UTC)
+        self._chosen_until: datetime | None = None
 
     def refresh(self, now: datetime) -> None:
         records = self.store.all_keys()
-        chosen = choose_signing_key(records, now)
-        signer = self._signer
-        if chosen is None:
-            signer = None
-        elif self._signer is None or self._signer.key_id != chosen.key_id:
-            signer = unseal_signer(self._secret, chosen)
+        with self._lock:
+            known = dict(self._signers)
+        signers = {
+            r.key_id: known.get(r.key_id) or unseal_signer(self._secret, r)
+            for r in records
+            if may_sign_from(r, now)
+        }
         with self._lock:
             self.records = records
-            self._signer = signer
-            self._signer_record = chosen
+            self._signers = signers
+            self._choose(now)
+
+    def _choose(self, now: datetime) -> None:
+        """Pick the signer for ``now`` and how long that choice holds (lock held)."""
+        chosen = choose_signing_key(self.records, now)
+        self._signer = self._signers.get(chosen.key_id) if chosen is not None else None
+        self._signer_record = chosen
+        self._chosen_from = now
+        self._chosen_until = next_signing_change(self.records, now)
 
     def signer(self, now: datetime) -> ActiveSigner:
         with self._lock:
+            until = self._chosen_until
+            if now < self._chosen_from or (until is not None and now >= until):
+                self._choose(now)
             signer, record = self._signer, self._signer_record
         if signer is None or record is None or not record.can_sign_at(now):
             raise SigningUnavailable("no signing key is available; receipts cannot be signed")
         return signer
+
+    def rotate_if_due(self, now: datetime, schedule: RotationSchedule) -> SigningKeyRecord | None:
+        """Run the scheduled rotation due at ``now``, if any; the successor when this call did.
+
+        Judged over the keys of the last refresh; the database makes sure that of all
+        the processes finding it due, one rotates (``rotate_on_schedule``).
+        """
+        with self._lock:
+            records = self.records
+        due = due_rotation(records, now, schedule)
+        if due is None:
+            return None
+        successor = generate_signing_key(self._secret, due.hands_over_at)
+        if not self.store.rotate_on_schedule(due, successor, now, SERVICE_ACTOR):
+            return None
+        return successor
 
     def public_key(self, key_id: str) -> bytes:
         """The raw 32-byte public key of ``key_id`` (for signed-note key hashes)."""
@@ -127,6 +169,21 @@ class Runtime:
         if not self.started:
             self.writer.start()
             self.started = True
+
+    def follow_signing_keys(self, now: datetime) -> None:
+        """Re-read the signing keys, then rotate them if the schedule says so (every tick)."""
+        self.keyring.refresh(now)
+        schedule = self.settings.rotation_schedule()
+        if schedule is None:
+            return
+        successor = self.keyring.rotate_if_due(now, schedule)
+        if successor is not None:
+            log.info(
+                "scheduled key rotation: %s published, signs from %s",
+                successor.key_id,
+                successor.created_at.isoformat(),
+            )
+            self.keyring.refresh(now)
 
     def stop(self) -> None:
         if self.started:

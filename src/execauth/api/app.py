@@ -99,11 +99,12 @@ def create_app(
 
 
 async def _refresh_keys(runtime: Runtime, service: ExecutionService) -> None:
-    """Follow key rotation and revocation done by other processes (CLI, other instances)."""
+    """Follow key rotation and revocation done by other processes (CLI, other instances),
+    and rotate the keys when the schedule says so (``Runtime.follow_signing_keys``)."""
     interval = runtime.settings.refresh_interval_seconds
     while True:
         await anyio.sleep(interval)
         try:
-            await anyio.to_thread.run_sync(runtime.keyring.refresh, service.clock())
+            await anyio.to_thread.run_sync(runtime.follow_signing_keys, service.clock())
         except Exception:
-            log.exception("refreshing signing keys failed")
+            log.exception("refreshing or rotating signing keys failed")

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from execauth.keyring import SigningKeyRecord
+from execauth.keyring import DueRotation, SigningKeyRecord
 from execauth.store.audit import append_audit
 from execauth.store.tables import signing_keys
 from execauth.tenancy.audit import AuditEvent
@@ -60,6 +60,66 @@ class SigningKeyStore:
                 ),
             )
         return list(active)
+
+    def rotate_on_schedule(
+        self, due: DueRotation, successor: SigningKeyRecord, now: datetime, actor: str
+    ) -> bool:
+        """Publish ``successor`` and end the current key at ``due.hands_over_at``; at most once.
+
+        Every instance's refresh loop may find the same rotation due at the same moment.
+        The database decides: only the transaction whose conditional UPDATE still finds
+        the current key without an end inserts a successor (on PostgreSQL the second
+        waits for the first's row lock and then matches nothing; on SQLite writers are
+        serialized). ``False``: another process rotated first, or the key was ended or
+        revoked meanwhile; nothing was written.
+        """
+        hands_over_at = truncate_to_millis(due.hands_over_at)
+        with self.engine.begin() as conn:
+            won = conn.execute(
+                update(signing_keys)
+                .where(
+                    signing_keys.c.key_id == due.current_key_id,
+                    signing_keys.c.retired_at.is_(None),
+                    signing_keys.c.revoked_at.is_(None),
+                )
+                .values(retired_at=hands_over_at)
+            ).rowcount
+            if won != 1:
+                return False
+            # Any other key without an end (a replacement left by a revocation) ends too,
+            # so that after the handover exactly one key has no end: the successor.
+            others = (
+                conn.execute(
+                    update(signing_keys)
+                    .where(
+                        signing_keys.c.key_id != due.current_key_id,
+                        signing_keys.c.retired_at.is_(None),
+                        signing_keys.c.revoked_at.is_(None),
+                    )
+                    .values(retired_at=hands_over_at)
+                    .returning(signing_keys.c.key_id)
+                )
+                .scalars()
+                .all()
+            )
+            conn.execute(insert(signing_keys).values(**_values(successor)))
+            append_audit(
+                conn,
+                AuditEvent(
+                    None,
+                    now,
+                    actor,
+                    "signing_key.rotated",
+                    successor.key_id,
+                    {
+                        "scheduled": True,
+                        "retiring": [due.current_key_id, *others],
+                        "retire_at": hands_over_at.isoformat(),
+                        "signs_from": successor.created_at.isoformat(),
+                    },
+                ),
+            )
+        return True
 
     def revoke(self, key_id: str, now: datetime, actor: str) -> bool:
         """Mark ``key_id`` revoked (receipts it signed no longer verify); ``False`` if unknown."""
