@@ -65,7 +65,7 @@ def build_bundle(
         "exported_at": format_timestamp(now),
         "since": format_timestamp(since) if since else None,
         "until": format_timestamp(until) if until else None,
-        "key_list": key_list_document(runtime.keyring.records, runtime.settings.issuer, now),
+        "key_list": key_list_document(runtime.keyring.records, runtime.settings.issuer),
         "checkpoint": checkpoint.note if checkpoint is not None else None,
         "tree_size": size,
         "leaf_hashes": [h.hex() for h in logs.leaf_hashes(org_id, size)],
