@@ -45,17 +45,19 @@ def console_call(
     content_type: str | None = None,
     params: Mapping[str, str] | None = None,
     source: str | None = None,
+    prefix: str = "/console/v1",
+    token_env: str = TOKEN_ENV,
 ) -> Any:
     """Call ``/console/v1{path}`` as the platform admin; map every failure to an exit code.
 
     Returns the decoded JSON answer (``None`` for 204). ``source`` names the local file a
-    refused request came from, so error details read ``file:line``.
+    refused request came from, so error details read ``file:line``. ``prefix="/operator"``
+    with ``token_env="EXECAUTH_API_KEY"`` calls the operator surface as an org's own key.
     """
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token = os.environ.get(token_env, "").strip()
     if not token:
         typer.echo(
-            f"error: {TOKEN_ENV} is not set; export the platform admin token "
-            "(it is never accepted as a flag)",
+            f"error: {token_env} is not set; export it (it is never accepted as a flag)",
             err=True,
         )
         raise typer.Exit(EXIT_USAGE)
@@ -65,7 +67,7 @@ def console_call(
     try:
         response = httpx.request(
             method,
-            url.rstrip("/") + "/console/v1" + path,
+            url.rstrip("/") + prefix + path,
             json=body,
             content=content,
             params=params,
