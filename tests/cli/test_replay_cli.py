@@ -167,10 +167,39 @@ def test_the_draft_replaces_the_policy_named_by_policy_id(
     path = draft(tmp_path, name="freeze-proposal.yaml")
     named = run_json(service, "replay", "--org", org[0], "--draft", path, "--policy-id", "deploys")
     assert named["changed"] == 1
-    # Under its file stem the draft is a new policy beside deploys: deploy.production's
-    # block ties with the deploys one and loses to the lower policy id ("deploys" < "freeze-…").
-    beside = run_json(service, "replay", "--org", org[0], "--draft", path)
-    assert (beside["policy_id"], beside["changed"]) == ("freeze-proposal", 0)
+
+
+def test_a_draft_whose_id_matches_no_published_policy_exits_1_saying_so(
+    service: RunningService, org: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    # Under its file stem the draft would be a new policy beside deploys, and lose every
+    # tie to it ("deploys" < "freeze-…"): a report of 0 changes would mislead.
+    result = run(service, "replay", "--org", org[0], "--draft", draft(tmp_path, name="fz.yaml"))
+    assert result.exit_code == 1
+    assert "no published policy has the id 'fz' (published: deploys)" in result.stderr
+    assert "evaluated" not in result.stdout
+
+
+def test_new_previews_a_draft_as_a_new_policy(
+    service: RunningService, org: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    path = draft(tmp_path, name="freeze-proposal.yaml")
+    result = run(service, "replay", "--org", org[0], "--draft", path, "--new")
+    assert result.exit_code == 0, result.output
+    assert "draft freeze-proposal is a new policy" in result.stdout
+    assert "decision would change for 0" in result.stdout
+
+
+def test_the_drafts_own_policy_id_names_the_policy_it_replaces(
+    service: RunningService, org: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    path = draft(tmp_path, "policy_id: deploys\n" + FREEZE, name="proposal.yaml")
+    report = run_json(service, "replay", "--org", org[0], "--draft", path)
+    assert (report["policy_id"], report["published_version"], report["changed"]) == (
+        "deploys",
+        1,
+        1,
+    )
 
 
 def test_an_invalid_draft_exits_1_with_the_reason(

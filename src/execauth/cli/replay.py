@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -11,12 +11,14 @@ from execauth.cli.audit import SinceOption, UntilOption
 from execauth.cli.console_client import (
     DEFAULT_URL,
     EXIT_FAILED,
+    EXIT_USAGE,
     JsonFlag,
     UrlOption,
     console_call,
     print_json,
     print_table,
 )
+from execauth.policy.files import policy_id_of
 
 
 def replay(
@@ -33,17 +35,36 @@ def replay(
         ),
     ] = None,
     policy_id: Annotated[
-        str | None, typer.Option(help="The policy the draft replaces (default: file stem).")
+        str | None,
+        typer.Option(
+            help="The policy the draft replaces (default: the draft's policy_id, else the file "
+            "name up to its first dot)."
+        ),
     ] = None,
+    new: Annotated[
+        bool,
+        typer.Option(
+            "--new", help="The draft is a new policy: report its impact beside the published ones."
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     as_json: JsonFlag = False,
 ) -> None:
-    """Replay [since, until): exit 1 on any mismatch. With --draft: the impact matrix."""
+    """Replay [since, until): exit 1 on any mismatch. With --draft: the impact matrix.
+
+    A draft whose policy id matches no published policy would be added, not replace one;
+    unless --new says that is meant, that exits 1 naming the published ids, rather than
+    print a report of no change that reads as "the draft changes nothing".
+    """
     body: dict[str, Any] = {k: v for k, v in (("since", since), ("until", until)) if v}
     if draft is not None:
-        body["policy"] = draft.read_text()
-        body["policy_id"] = policy_id or draft.name.split(".")[0]
-    answer = console_call(url, "POST", f"/orgs/{org}/replay", body=body)
+        text = _read(draft)
+        body["policy"] = text
+        body["policy_id"] = policy_id or policy_id_of(draft, text)
+    source = str(draft) if draft is not None else None
+    answer = console_call(url, "POST", f"/orgs/{org}/replay", body=body, source=source)
+    if draft is not None and answer.get("published_version") is None and not new:
+        _no_such_policy(url, org, body["policy_id"])
     if as_json:
         print_json(answer)
     elif draft is None:
@@ -59,7 +80,32 @@ def replay(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _read(draft: Path) -> str:
+    try:
+        return draft.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.echo(f"error: cannot read {draft}: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+
+
+def _no_such_policy(url: str, org: str, policy_id: str) -> NoReturn:
+    published = [
+        p["policy_id"] for p in console_call(url, "GET", f"/orgs/{org}/policies")["policies"]
+    ]
+    typer.echo(
+        f"error: no published policy has the id {policy_id!r} "
+        f"(published: {', '.join(published) or 'none'}). Publishing the draft would add a "
+        "new policy beside them, not change one, so its report is not the change you may "
+        "expect. Name the policy it replaces with --policy-id, or pass --new to preview it "
+        "as a new policy.",
+        err=True,
+    )
+    raise typer.Exit(EXIT_FAILED)
+
+
 def _print_impact(answer: dict[str, Any]) -> None:
+    if answer.get("published_version") is None:
+        typer.echo(f"draft {answer['policy_id']} is a new policy (no published policy has its id)")
     typer.echo(
         f"evaluated {answer['evaluated']}, decision would change for {answer['changed']}, "
         f"same decision by another rule or reason for {answer['rule_changed']}"
