@@ -335,3 +335,28 @@ def test_an_authentic_deny_on_verify_reads_as_a_refusal_as_large_as_its_verdict(
     box, verdict_box = decision.bounding_box(), page.locator("#verdict").bounding_box()
     assert box["y"] == verdict_box["y"]  # side by side, not below it
     page.screenshot(path=str(shots / "verify-deny.png"), full_page=True)
+
+
+def test_the_public_site_home_trust_and_guides(page: Any, site: Site, shots: Path) -> None:
+    page.goto(site.url + "/")
+    assert page.get_by_role("heading", name="Quickstart").is_visible()
+    assert page.get_by_role("heading", name="Two commands").is_visible()
+    page.screenshot(path=str(shots / "site-home.png"), full_page=True)
+    page.get_by_role("navigation", name="Site").get_by_role("link", name="Trust").click()
+    page.wait_for_url("**/trust")
+    published = httpx.get(site.url + "/.well-known/service-keys.json").json()["keys"]
+    rows = page.locator("#signing-keys tbody tr[data-key-id]")
+    assert rows.count() == len(published)
+    assert rows.first.get_attribute("data-key-id") == published[0]["key_id"]
+    assert page.get_by_role("heading", name="Verifying without execauth").is_visible()
+    page.screenshot(path=str(shots / "site-trust.png"), full_page=True)
+    page.get_by_role("navigation", name="Site").get_by_role("link", name="Guides").click()
+    page.get_by_role("link", name="Python SDK").click()
+    page.wait_for_url("**/guides/python")
+    assert page.get_by_role("heading", name="Offline verification").is_visible()
+    page.screenshot(path=str(shots / "site-guide-python.png"), full_page=True)
+    for path in ("/", "/trust", "/guides/python"):
+        text = httpx.get(site.url + path).text
+        assert site.org_id not in text, path
+        assert site.execute_key not in text, path
+        assert site.admin_token not in text, path
