@@ -19,7 +19,9 @@ from pydantic import ValidationError
 
 from execauth.api.app import create_app
 from execauth.config import Settings
+from execauth.errors import SigningUnavailable
 from execauth.keyring import (
+    ROTATION_OVERLAP,
     RotationSchedule,
     SigningKeyRecord,
     due_rotation,
@@ -182,6 +184,37 @@ def test_scheduled_rotation_is_in_the_audit_trail_as_done_by_the_service(
     assert event.details["scheduled"] is True
     assert event.details["retiring"] == [first.key_id]
     assert event.details["signs_from"] == successor.created_at.isoformat()
+
+
+def test_rotating_by_hand_during_the_overlap_supersedes_the_scheduled_successor(
+    runtime: Runtime,
+) -> None:
+    first = _only_key(runtime)
+    runtime.follow_signing_keys(first.created_at + timedelta(days=83))
+    at = first.created_at + timedelta(days=84)
+    manual = generate_signing_key(runtime.secret, at)
+    runtime.signing_keys.rotate(manual, at + ROTATION_OVERLAP, "test")
+    runtime.keyring.refresh(at)
+    assert runtime.keyring.signer(first.created_at + timedelta(days=90)).key_id == manual.key_id
+    assert due_rotation(runtime.keyring.records, at + timedelta(days=82), SCHEDULE) is None
+    due = due_rotation(runtime.keyring.records, at + timedelta(days=83), SCHEDULE)
+    assert due is not None
+    assert due.current_key_id == manual.key_id
+
+
+def test_successor_that_cannot_be_opened_stops_signing_at_the_handover(runtime: Runtime) -> None:
+    # Sealed under another server secret (a misconfigured instance rotated): this
+    # instance must neither fail its refresh now nor sign on with the ended key later.
+    first = _only_key(runtime)
+    now = first.created_at + timedelta(days=83)
+    due = due_rotation([first], now, SCHEDULE)
+    assert due is not None
+    foreign = generate_signing_key(ServerSecret("f" * 40), due.hands_over_at)
+    assert runtime.signing_keys.rotate_on_schedule(due, foreign, now, "test")
+    runtime.keyring.refresh(now)
+    assert runtime.keyring.signer(now).key_id == first.key_id
+    with pytest.raises(SigningUnavailable):
+        runtime.keyring.signer(due.hands_over_at)
 
 
 @pytest.fixture

@@ -73,13 +73,24 @@ class Keyring:
 
     def refresh(self, now: datetime) -> None:
         records = self.store.all_keys()
+        chosen = choose_signing_key(records, now)
         with self._lock:
             known = dict(self._signers)
-        signers = {
-            r.key_id: known.get(r.key_id) or unseal_signer(self._secret, r)
-            for r in records
-            if may_sign_from(r, now)
-        }
+        signers: dict[str, ActiveSigner] = {}
+        for record in records:
+            if not may_sign_from(record, now):
+                continue
+            try:
+                signers[record.key_id] = known.get(record.key_id) or unseal_signer(
+                    self._secret, record
+                )
+            except KeyUnsealError:
+                if chosen is not None and record.key_id == chosen.key_id:
+                    raise
+                # A key that is not signing yet: keep the records current anyway, so the
+                # signer's end is known and signing stops there (503) instead of the
+                # old key signing on past the end every verifier sees.
+                log.exception("signing key %s cannot be opened", record.key_id)
         with self._lock:
             self.records = records
             self._signers = signers
