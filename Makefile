@@ -59,7 +59,15 @@ $(VENV)/.chromium: | $(BIN)/python
 		echo "chromium could not be installed: the browser tests will be skipped"
 	@if command -v chromium >/dev/null 2>&1; then touch $@; fi
 
-pytest: $(VENV)/.dev-installed $(VENV)/.sdk-installed $(VENV)/.chromium
+# The deployment topology test (tests/deploy/test_topology.py) runs Debian's HAProxy in
+# front of three instances; it skips, visibly, when HAProxy cannot be installed.
+$(VENV)/.haproxy: | $(BIN)/python
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; } || \
+		echo "haproxy could not be installed: the deployment topology test will be skipped"
+	@if command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; then touch $@; fi
+
+pytest: $(VENV)/.dev-installed $(VENV)/.sdk-installed $(VENV)/.chromium $(VENV)/.haproxy
 	$(BIN)/pytest
 
 # Both SDKs against a live server: the Python tests start `execauth serve` themselves;

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
+    SecretsSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
@@ -99,6 +100,13 @@ class Settings(BaseSettings):
     # pydantic reads them: "90d", ISO 8601 "P90D" or "PT12H", or seconds in TOML.
     key_rotation_period: timedelta | None = timedelta(days=90)
     key_rotation_overlap: timedelta = timedelta(days=7)
+    # Whether ``execauth serve`` applies pending migrations before serving. Replicas set
+    # it false and a single ``execauth db upgrade`` job migrates (docs/deploy.md).
+    migrate_on_start: bool = True
+    # Proxies (IPs or CIDR networks, comma-separated, or "*") whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed. Empty: nobody's, so no client can claim to have
+    # come over TLS or from another address (docs/deploy.md, "Behind a proxy").
+    forwarded_allow_ips: str = ""
 
     @model_validator(mode="after")
     def _catalog_is_not_empty(self) -> Settings:
@@ -160,6 +168,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # Mounted secrets (Docker and Kubernetes): a file per setting, named like its
+        # variable (EXECAUTH_ADMIN_TOKEN, EXECAUTH_DATABASE_URL…), so no secret has to sit
+        # in the environment or the TOML file (docs/deploy.md).
+        secrets_dir = os.environ.get("EXECAUTH_SECRETS_DIR")
+        if secrets_dir:
+            sources.append(SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir))
         toml_path = os.environ.get("EXECAUTH_CONFIG_FILE")
         if toml_path:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))

@@ -33,7 +33,7 @@ from execauth.metrics import Metrics
 from execauth.server_secret import ServerSecret
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
-from execauth.store.database import make_engine, upgrade
+from execauth.store.database import make_engine, schema_is_current, upgrade
 from execauth.store.executions import ExecutionStore
 from execauth.store.ledger import LogStore
 from execauth.store.remote_writer import RemoteReceiptWriter
@@ -228,8 +228,14 @@ def prepare(settings: Settings, *, schema: str | None = None) -> str | None:
     serve --workers N`` runs this in the parent, so that N workers never race to create
     keys or tokens; each worker then only calls ``open_runtime``.
     """
-    secret, engine = open_stores(settings, schema=schema)
+    secret, engine = open_stores(settings, schema=schema, migrate=settings.migrate_on_start)
     try:
+        if not settings.migrate_on_start and not schema_is_current(engine):
+            # Replicas that do not migrate must not serve an old schema, nor create one.
+            raise SystemExit(
+                "execauth: the database schema is not up to date and EXECAUTH_MIGRATE_ON_START "
+                "is false; run `execauth db upgrade` first"
+            )
         control = ControlStore(engine)
         signing_store = SigningKeyStore(engine)
         now = datetime.now(UTC)

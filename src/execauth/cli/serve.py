@@ -59,6 +59,7 @@ def serve(
         raise typer.BadParameter(f"unknown surface(s): {', '.join(unknown)}")
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     listen = (host or settings.host, port or settings.port, log_level)
+    proxies = settings.forwarded_allow_ips
     if settings.workers == 1:
         runtime = bootstrap(settings)
         _show_admin_token(runtime.generated_admin_token)
@@ -66,6 +67,7 @@ def serve(
             create_app(runtime, surfaces=chosen),
             *listen,
             settings=settings,
+            forwarded_allow_ips=proxies,
         )
         return
     # Several processes, each with its own GIL (docs/architecture.md): prepare once here,
@@ -90,6 +92,7 @@ def serve(
             *listen,
             settings=settings,
             workers=settings.workers,
+            forwarded_allow_ips=proxies,
         )
     finally:
         writer.stop()
@@ -104,9 +107,13 @@ def _run_uvicorn(
     *,
     settings: Settings,
     workers: int = 1,
+    forwarded_allow_ips: str = "",
 ) -> None:
     """uvicorn as we serve: uvloop, httptools with our limits (api/server_limits.py), no
     access log; a string app is a factory.
+
+    Forwarded headers are believed only from ``forwarded_allow_ips`` (EXECAUTH_FORWARDED_ALLOW_IPS):
+    uvicorn would otherwise trust them from 127.0.0.1 (or $FORWARDED_ALLOW_IPS) by default.
     """
     limits = ServerLimits(
         max_url_bytes=settings.max_url_bytes,
@@ -131,6 +138,8 @@ def _run_uvicorn(
         timeout_keep_alive=math.ceil(settings.keep_alive_timeout_seconds),
         # SIGTERM: stop accepting, let in-flight requests finish (at most this long).
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_seconds),
+        proxy_headers=bool(forwarded_allow_ips),
+        forwarded_allow_ips=forwarded_allow_ips or None,
     )
     server = uvicorn.Server(config)
     if config.workers > 1:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -151,6 +153,14 @@ def upgrade(engine: Engine) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+def schema_is_current(engine: Engine) -> bool:
+    """Whether every migration has been applied (``serve`` with ``migrate_on_start`` off)."""
+    heads = set(ScriptDirectory(str(MIGRATIONS)).get_heads())
+    with engine.connect() as connection:
+        applied = set(MigrationContext.configure(connection).get_current_heads())
+    return applied == heads
 
 
 def is_unavailable(error: SQLAlchemyError) -> bool:
