@@ -16,13 +16,13 @@ from starlette.routing import BaseRoute, Route
 
 from execauth.api.history import audit_page
 from execauth.api.key_routes import KeyHandlers
-from execauth.api.pagination import MAX_INT32, month_param, query_int, query_text, time_param
+from execauth.api.pagination import month_param, query_text, time_param
 from execauth.api.policy_routes import PolicyHandlers
 from execauth.api.replay_routes import ReplayHandlers
-from execauth.api.views import org_view, policy_view
+from execauth.api.views import org_view
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.control_plane import ControlPlane, UsageQueries
-from execauth.errors import InvalidRequest, NotFound, Unauthorized
+from execauth.errors import Unauthorized
 from execauth.export import build_bundle
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
@@ -93,21 +93,6 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         )
         return json_response(org_view(org))
 
-    async def list_policies(request: Request) -> Response:
-        org_id, _ = await path_org(request)
-        stored = await anyio.to_thread.run_sync(control.latest_policies, org_id)
-        return json_response({"policies": [policy_view(p) for p in stored]})
-
-    async def show_policy(request: Request) -> Response:
-        org_id, _ = await path_org(request)
-        version = query_int(request, "version", minimum=1, maximum=MAX_INT32)
-        stored = await anyio.to_thread.run_sync(
-            control.get_policy, org_id, request.path_params["policy_id"], version
-        )
-        if stored is None:
-            raise NotFound("no such policy (or version)")
-        return json_response(policy_view(stored))
-
     async def org_usage(request: Request) -> Response:
         org = await plane.existing_org(request.path_params["org_id"])
         return json_response(await usage.org_usage(org, month_param(request)))
@@ -138,9 +123,9 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         Route(org + "/keys", admin_only(keys.list), methods=["GET"]),
         Route(org + "/keys/{key_id}/rotate", admin_only(keys.rotate), methods=["POST"]),
         Route(org + "/keys/{key_id}", admin_only(keys.revoke), methods=["DELETE"]),
-        Route(org + "/policies", admin_only(list_policies), methods=["GET"]),
+        Route(org + "/policies", admin_only(policies.list), methods=["GET"]),
         Route(org + "/policies/{policy_id}", admin_only(policies.publish), methods=["PUT"]),
-        Route(org + "/policies/{policy_id}", admin_only(show_policy), methods=["GET"]),
+        Route(org + "/policies/{policy_id}", admin_only(policies.show), methods=["GET"]),
         Route(org + "/usage", admin_only(org_usage), methods=["GET"]),
         Route(org + "/replay", admin_only(replays.range), methods=["POST"]),
         Route(org + "/export", admin_only(export_bundle), methods=["GET"]),

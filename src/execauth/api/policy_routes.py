@@ -8,13 +8,12 @@ publish through ``ControlPlane.publish_policy``, so validation and audit happen 
 
 from __future__ import annotations
 
-import re
-
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
 from execauth.api.key_routes import Scope
+from execauth.api.pagination import MAX_INT32, query_int
 from execauth.api.views import policy_view
 from execauth.api.wire import json_response
 from execauth.control_plane import ControlPlane
@@ -23,8 +22,6 @@ from execauth.policy.document import MAX_DOCUMENT_BYTES
 from execauth.store.control import ControlStore
 
 MAX_POLICY_BYTES = MAX_DOCUMENT_BYTES  # what parse_policy_document accepts, and no more
-MAX_VERSION = 2**31 - 1  # a version is a 32-bit integer column
-_DIGITS = re.compile(r"[0-9]{1,10}\Z")
 
 
 class PolicyHandlers:
@@ -42,7 +39,7 @@ class PolicyHandlers:
     async def show(self, request: Request) -> Response:
         """One version (``?version=N``, default the latest), with its document and source."""
         org_id, _ = await self._scope(request)
-        version = _version(request.query_params.get("version"))
+        version = query_int(request, "version", minimum=1, maximum=MAX_INT32)
         policy_id = request.path_params["policy_id"]
         stored = await anyio.to_thread.run_sync(
             self._control.get_policy, org_id, policy_id, version
@@ -85,11 +82,3 @@ async def read_policy_source(request: Request) -> str:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequest("policy document must be UTF-8 text") from exc
-
-
-def _version(text: str | None) -> int | None:
-    if text is None:
-        return None
-    if not _DIGITS.match(text) or not 1 <= int(text) <= MAX_VERSION:
-        raise InvalidRequest(f"version must be an integer from 1 to {MAX_VERSION}")
-    return int(text)
