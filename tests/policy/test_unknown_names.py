@@ -85,3 +85,9 @@ def test_unknown_function_is_still_refused() -> None:
     refused = publish(TYPO.replace('contxt.branch == "main"', 'lowerAscii(actor) == "x"'))
     assert refused is not None
     assert "unknown function(s) lowerAscii" in refused.problems[0].reason
+
+
+def test_misspelled_function_is_refused_with_a_suggestion() -> None:
+    refused = publish(TYPO.replace('contxt.branch == "main"', 'actor.startWith("release-")'))
+    assert refused is not None
+    assert "startWith (did you mean 'startsWith'?)" in refused.problems[0].reason

@@ -39,7 +39,7 @@ from execauth.policy.decision import (
     Reason,
 )
 from execauth.policy.document import PolicyDocument, RuleSpec
-from execauth.policy.names import VARIABLES, unknown_names
+from execauth.policy.names import VARIABLES, closest, unknown_names
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
 # The CEL standard functions we document and test (docs/policy-language.md). A
@@ -122,7 +122,8 @@ def compile_policy(
                 f for f in program.functions() if f[0].isalpha() and f not in ALLOWED_FUNCTIONS
             ]
             if unknown:
-                refuse(f"unknown function(s) {', '.join(unknown)} (see docs/policy-language.md)")
+                named = ", ".join(_with_suggestion(f) for f in unknown)
+                refuse(f"unknown function(s) {named} (see docs/policy-language.md)")
                 continue
             # Variables resolve only when a rule runs: an undefined one would make every
             # request SILENCE. Stored versions keep loading (publishing=False).
@@ -153,6 +154,11 @@ def compile_policy(
     if problems:
         raise PolicyInvalid(problems)
     return CompiledPolicy(ref, tuple(blocks))
+
+
+def _with_suggestion(function: str) -> str:
+    suggestion = closest(function, sorted(ALLOWED_FUNCTIONS))
+    return f"{function} (did you mean {suggestion!r}?)" if suggestion else function
 
 
 def _refuse(problems: list[PolicyProblem], rule: RuleSpec, reason: str) -> None:

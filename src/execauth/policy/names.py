@@ -11,6 +11,7 @@ against ``engine.ALLOWED_FUNCTIONS``. Pure: walks the syntax tree of ``policy.ce
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from execauth.policy.cel_syntax import CelSyntaxError, Node, parse
@@ -73,10 +74,10 @@ def _unknown(node: Node, bound: frozenset[str]) -> UnknownName | None:
         name = node.name.removeprefix(".")  # ``.context``: the root scope, same variables
         if name in _DEFINED or name in bound:
             return None
-        return UnknownName(node.name, _closest(name, (*VARIABLES, *bound)))
+        return UnknownName(node.name, closest(name, (*VARIABLES, *bound)))
     field = _org_field(node, bound)
     if field is not None and field not in ORG_FIELDS:
-        return UnknownName(f"org.{field}", _closest(field, ORG_FIELDS, prefix="org."))
+        return UnknownName(f"org.{field}", closest(field, ORG_FIELDS, prefix="org."))
     return None
 
 
@@ -95,6 +96,7 @@ def _org_field(node: Node, bound: frozenset[str]) -> str | None:
     return None
 
 
-def _closest(name: str, known: tuple[str, ...], prefix: str = "") -> str | None:
+def closest(name: str, known: Iterable[str], prefix: str = "") -> str | None:
+    """The known name ``name`` is most likely a typo of (``difflib``'s ratio ≥ 0.6), if any."""
     matches = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return prefix + matches[0] if matches else None
