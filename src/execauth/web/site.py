@@ -51,7 +51,7 @@ QUICKSTART = (Part("README.md", ("Two commands", "A five-minute walkthrough")),)
 INTRODUCTION = Part("README.md", ("execauth",))
 VERIFIER = "How a verifier decides (`execauth.verify.verify_receipt`)"
 TRUST = (
-    Part("docs/receipts.md", ("Verifying without execauth", VERIFIER)),
+    Part("docs/receipts.md", (VERIFIER, "Verifying without execauth")),
     Part("docs/ledger.md", ("What is logged",)),
     Part("docs/receipts.md", ("Beyond one receipt: the log",)),
 )
