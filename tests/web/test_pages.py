@@ -372,3 +372,31 @@ async def test_a_silence_page_says_which_required_context_was_missing(console: C
     )
     assert "Why SILENCE" in why
     assert '<code>context.branch</code> <span class="badge deny">missing</span>' in why
+
+
+@pytest.mark.parametrize("grace", ["²", "9" * 30, "-1", "2592001"])
+async def test_a_grace_the_parameter_parser_refuses_is_a_400_page(
+    console: Console, grace: str
+) -> None:
+    key_id = console.ops.tenant.key_id
+    response = await console.post(f"/console/keys/{key_id}/rotate", {"grace_seconds": grace})
+    assert response.status_code == 400
+    assert "grace_seconds must be an integer" in response.text
+
+
+@pytest.mark.parametrize("version", ["²", "99999999999999999999", "0"])
+async def test_a_policy_version_out_of_range_is_a_400_page(console: Console, version: str) -> None:
+    response = await console.client.get(f"/console/policies/deploys?version={version}")
+    assert response.status_code == 400
+    assert "version must be an integer" in response.text
+
+
+async def test_an_expiry_at_the_edge_of_the_calendar_is_a_400_on_the_form(
+    console: Console,
+) -> None:
+    response = await console.post(
+        "/console/keys",
+        {"name": "edge", "role": "execute", "expires_at": "9999-12-31T23:59:59-01:00"},
+    )
+    assert response.status_code == 400
+    assert "expires at" in response.text

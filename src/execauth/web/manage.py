@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from execauth.api.pagination import MAX_INT32, integer, timestamp
 from execauth.api.views import key_view
-from execauth.control_plane import DEFAULT_ROTATION_GRACE, ControlPlane
+from execauth.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
@@ -27,7 +28,6 @@ from execauth.store.control import ControlStore, StoredPolicy
 from execauth.tenancy.api_keys import ROLES
 from execauth.web.auth import WRITERS, ConsoleAuth, Operator
 from execauth.web.rendering import Renderer, page_route
-from execauth.wire_time import parse_timestamp
 
 MAX_VERSIONS_SHOWN = 50
 GRACE_CHOICES = (("0", "none"), ("3600", "1 hour"), ("86400", "24 hours"), ("604800", "7 days"))
@@ -109,13 +109,17 @@ def manage_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
 
     @auth.page(WRITERS)
     async def rotate_key(request: Request, operator: Operator, form: dict[str, str]) -> Response:
-        grace = form.get("grace_seconds", "")
-        if not grace.isdigit():
-            raise InvalidRequest("grace_seconds must be a whole number of seconds")
+        # The API's one parameter parser: ASCII digits in range, never int()'s "²" or 2^63.
+        grace = integer(
+            form.get("grace_seconds", ""),
+            "grace_seconds",
+            minimum=0,
+            maximum=int(MAX_ROTATION_GRACE.total_seconds()),
+        )
         key, secret = await plane.rotate_key(
             operator.org.org_id,
             request.path_params["key_id"],
-            grace=timedelta(seconds=int(grace)),
+            grace=timedelta(seconds=grace),
             actor=operator.actor,
         )
         return render("key_secret.html", request, operator, key=key_view(key), secret=secret,
@@ -243,9 +247,7 @@ def _version_param(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise InvalidRequest(f"{name} must be a positive version number")
-    return int(raw)
+    return integer(raw, name, minimum=1, maximum=MAX_INT32)  # versions are INTEGER columns
 
 
 def _surface_list(text: str) -> list[str] | None:
@@ -260,10 +262,7 @@ def _form_time(text: str) -> datetime | None:
         return None
     if re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d", text):
         text += ":00Z"
-    try:
-        return parse_timestamp(text)
-    except ValueError as exc:
-        raise InvalidRequest(f"expires at: {exc}") from exc
+    return timestamp(text, "expires at")  # the API's parser: the range's edges are 400 too
 
 
 def _text_field(form: dict[str, str], name: str) -> str:
