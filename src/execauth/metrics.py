@@ -49,7 +49,7 @@ class Metrics:
         )
         self.execute_responses = Counter(
             "execauth_execute_responses",
-            "Answers of POST /v1/execute, by HTTP status",
+            "Answers of POST /v1/execute, by HTTP status (499: the client left mid-body)",
             ["status"],
             registry=self.registry,
         )

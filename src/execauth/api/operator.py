@@ -3,7 +3,8 @@
 Everything here is scoped to the caller's organization; another org's ids are
 simply not found (404), never shown. ``admin`` keys may change keys and publish
 policies; ``auditor`` keys may only read (a replay of one execution writes its lineage,
-so it needs ``admin``); ``execute`` keys have no access (403).
+so it needs ``admin``); ``execute`` keys have no access (403), except to the log routes
+(``api.ledger_routes``), which any key of the organization may read.
 """
 
 from __future__ import annotations

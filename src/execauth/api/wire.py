@@ -131,74 +131,68 @@ async def read_json_body(request: Request, limit: int) -> Any:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from exc
-    shape = _measure(value)
-    if shape.depth > MAX_JSON_DEPTH:
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
         raise InvalidRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    if _has_duplicate_keys(body, shape):
+    if _has_duplicate_keys(body, value):
         raise InvalidRequest(
             "request body has an object with the same key twice (I-JSON, RFC 7493, forbids it)"
         )
-    if _ESCAPED_NUL in body and shape.has_nul:
+    if _ESCAPED_NUL in body and _holds_nul(value):
         raise InvalidRequest(
             "request body holds the character U+0000 (NUL) in a string; it cannot be stored"
         )
     return value
 
 
-class _Shape:
-    """What one walk over a decoded document finds (``_measure``)."""
-
-    __slots__ = ("colons", "depth", "has_nul", "keys")
-
-    def __init__(self) -> None:
-        self.depth = 0  # deepest nesting of objects and arrays; stops growing past the limit
-        self.keys = 0  # object members the decoder kept
-        self.colons = 0  # ":" characters inside the kept keys and strings
-        self.has_nul = False
-
-
-def _measure(value: Any) -> _Shape:
-    """One iterative walk (it cannot overflow the stack): depth, keys, colons, NUL."""
-    shape = _Shape()
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Iteratively, so that the check itself cannot overflow the stack."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, str):
-            shape.colons += item.count(":")
-            shape.has_nul = shape.has_nul or "\x00" in item
-            continue
         if isinstance(item, dict):
-            shape.keys += len(item)
-            for key in item:
-                shape.colons += key.count(":")
-                shape.has_nul = shape.has_nul or "\x00" in key
             children: Any = item.values()
         elif isinstance(item, list):
             children = item
         else:
             continue
-        shape.depth = max(shape.depth, depth)
-        if depth > MAX_JSON_DEPTH:
-            return shape
+        if depth > limit:
+            return True
         stack.extend((child, depth + 1) for child in children)
-    return shape
+    return False
 
 
-def _has_duplicate_keys(body: bytes, shape: _Shape) -> bool:
-    """Whether some object of ``body`` (valid JSON) names one key twice.
+def _has_duplicate_keys(body: bytes, value: Any) -> bool:
+    """Whether some object of ``body`` (valid JSON, decoded to ``value``) names a key twice.
 
-    msgspec keeps the last of duplicate keys silently, so they are counted instead:
-    outside strings, a valid JSON text has exactly one ``:`` per object member, so its
-    colons are the members it wrote plus the colons inside its strings. Without escaped
-    colons, every colon inside a string shows in the decoded strings too, so the body
-    has more colons than the decoded keys and strings account for exactly when the
-    decoder dropped a member (and, with it, its key and value). An escaped colon
-    (``\\u003a``) breaks that count; such rare bodies are parsed once more, by the
-    standard library, keeping every member.
+    msgspec keeps the last of duplicate keys silently, so members are counted instead,
+    in C: outside strings a valid JSON text has exactly one ``:`` per object member, and
+    msgspec writes a colon inside a string as itself. So re-encoding what was kept gives
+    one colon per kept member plus the colons of the kept strings; the body has more
+    exactly when the decoder dropped a member (its key and value with it). An escaped
+    colon (``\\u003a``) in the body would hide one from that count: such rare bodies are
+    parsed once more, by the standard library, keeping every member.
     """
-    if any(escaped in body for escaped in _ESCAPED_COLONS):
+    if _ESCAPED_COLONS[0] in body or _ESCAPED_COLONS[1] in body:
         return _pairs_repeat_a_key(body)
-    return body.count(b":") > shape.keys + shape.colons
+    return body.count(b":") > msgspec.json.encode(value).count(b":")
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string or key of ``value`` contains U+0000 (walked only when the body
+    has the escape ``\\u0000`` at all)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            if any("\x00" in key for key in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class _DuplicateKey(Exception):

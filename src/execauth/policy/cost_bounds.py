@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 from execauth.policy.cel_syntax import Node
 from execauth.policy.regex_cost import (
-    REGEX_BASE,
+    REGEX_NOT_LITERAL,
     REGEX_SCAN_CHARS_PER_STEP,
-    REGEX_UNICODE_CLASS,
     regex_compile_steps,
 )
 
@@ -225,8 +224,8 @@ def _call(node: Node, own: Bound, values: list[Value]) -> Result:
         pattern = node.children[-1]
         if pattern.kind == "literal" and isinstance(pattern.value, str):
             compile_steps = Bound.of(regex_compile_steps(pattern.value))
-        else:  # a pattern only known at evaluation: each \w (two characters) is a large class
-            compile_steps = Bound.of(REGEX_BASE) + values[1].chars.scaled(REGEX_UNICODE_CLASS / 2)
+        else:  # a pattern only known at evaluation: its text bounds nothing (regex_cost)
+            compile_steps = Bound.of(REGEX_NOT_LITERAL)
         scan = values[0].chars.scaled(1 / REGEX_SCAN_CHARS_PER_STEP)
         return own + compile_steps + scan, SCALAR
     if name in _SCANNING:
