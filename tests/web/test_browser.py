@@ -195,9 +195,11 @@ def test_policies_usage_and_audit_pages(page: Any, site: Site, shots: Path) -> N
     assert page.locator("pre.diff .add").count() >= 1
     page.screenshot(path=str(shots / "policy-diff.png"), full_page=True)
     page.get_by_role("link", name="Usage").click()
+    page.wait_for_url("**/console/usage")
     assert page.locator("figure.chart svg").count() == 3
     page.screenshot(path=str(shots / "usage.png"), full_page=True)
     page.get_by_role("link", name="Audit trail").click()
+    page.wait_for_url("**/console/audit")
     assert "policy.published" in page.content()
 
 
@@ -244,6 +246,10 @@ def test_the_audit_trail_wraps_between_words(page: Any, site: Site, shots: Path)
     )
     assert style[0] != "break-all", style
     assert style[1] != "anywhere", style
+    table, wrap = page.locator("table.audit"), page.locator(".table-wrap").first
+    fits = "e => e.scrollWidth <= e.clientWidth"
+    assert wrap.evaluate(fits), "the audit table is wider than its frame"
+    assert table.bounding_box()["width"] <= 1280
     page.screenshot(path=str(shots / "audit.png"), full_page=True)
 
 
