@@ -233,3 +233,28 @@ web_sessions = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
+
+# Decision streaming (migration 0007): where each subscription delivers an org's decisions
+# and how far it has got in the org's log. ``next_index`` only moves after the sink
+# acknowledged everything before it, so delivery is at least once and in log order.
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("subscription_id", String(64), primary_key=True),
+    Column("org_id", String(64), ForeignKey("orgs.org_id"), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("sink", String(16), nullable=False),  # webhook | nats
+    Column("target", Text, nullable=False),  # the URL, or "nats://host:port/subject"
+    Column("sealed_secret", LargeBinary, nullable=True),  # webhook signing secret, AES-GCM
+    Column("state", String(16), nullable=False),  # active | dead_letter | paused
+    Column("next_index", BigInteger, nullable=False),
+    Column("delivered", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),  # failed attempts since the last success
+    Column("last_error", Text, nullable=True),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("lease_owner", String(64), nullable=True),  # the instance delivering it now
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("delivered_at", UTCDateTime, nullable=True),
+    Index("ix_subscriptions_org_id", "org_id"),
+)
