@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: serve test lint typecheck pytest sdk-test sdk-test-python sdk-test-typescript lock clean bench
+.PHONY: fuzz serve test lint typecheck pytest sdk-test sdk-test-python sdk-test-typescript lock clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,18 @@ sdk-test-typescript: $(VENV)/.runtime-installed $(TS_SDK)/node_modules/.package-
 sdk-test: sdk-test-python sdk-test-typescript
 
 test: lint typecheck pytest sdk-test
+
+# Schemathesis against the whole openapi.yaml (tests/contract/test_schemathesis.py) with a
+# larger budget than the bounded run in `make test`: FUZZ_EXAMPLES generated requests per
+# operation and phase, seed FUZZ_SEED. Prints the requests the app answered and its 5xx;
+# any contract violation fails the run (docs/decisions.md, "A fuzzer in make test").
+FUZZ_EXAMPLES ?= 100
+FUZZ_SEED     ?= 20261124
+fuzz: $(VENV)/.dev-installed
+	@EXECAUTH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) EXECAUTH_FUZZ_SEED=$(FUZZ_SEED) \
+		EXECAUTH_FUZZ_REPORT=$(VENV)/fuzz-report.json \
+		$(BIN)/pytest tests/contract/test_schemathesis.py -q; status=$$?; \
+		cat $(VENV)/fuzz-report.json 2>/dev/null; exit $$status
 
 # Load and micro benchmarks (bench/run.py; docs/performance.md). Not part of `make test`.
 # `make bench` runs execauth, the plain-Starlette baseline and Cerbos under wrk for 20 s
