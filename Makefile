@@ -84,8 +84,8 @@ sdk-test: sdk-test-python sdk-test-typescript
 test: lint typecheck pytest sdk-test
 
 # Schemathesis against the whole openapi.yaml (tests/contract/test_schemathesis.py) with a
-# larger budget than the bounded run in `make test`: FUZZ_EXAMPLES generated requests per
-# operation and phase, seed FUZZ_SEED. Prints the requests the app answered and its 5xx;
+# larger budget than the bounded run in `make test`: FUZZ_EXAMPLES generated examples per
+# operation, seed FUZZ_SEED. Prints the requests the app answered and its 5xx;
 # any contract violation fails the run (docs/decisions.md, "A fuzzer in make test").
 FUZZ_EXAMPLES ?= 100
 FUZZ_SEED     ?= 20261124
