@@ -382,3 +382,20 @@ async def test_405_allow_lists_every_method_the_path_serves(
     response = await client.request(method, path, headers=ADMIN)
     assert response.status_code == 405, response.text
     assert {m.strip() for m in response.headers["allow"].split(",")} == allowed
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/operator/executions/a%00b"),
+        ("GET", "/v1/receipts/a%00b/proof"),
+        ("POST", "/operator/keys/a%00b/rotate"),
+    ],
+)
+async def test_a_nul_character_in_a_path_parameter_is_4xx_never_500(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    tenant = await operator(client)
+    response = await client.request(method, path, headers=tenant.auth)
+    # SQLite stores U+0000 and finds nothing (404); PostgreSQL's driver refuses it (400).
+    assert response.status_code in (400, 404), response.text

@@ -18,11 +18,12 @@ from execauth.api.wire import json_response, profile_headers, request_id, wire_p
 from execauth.errors import (
     ExecauthError,
     InternalError,
+    InvalidRequest,
     MethodNotAllowed,
     NotFound,
     ServiceUnavailable,
 )
-from execauth.store.database import is_unavailable
+from execauth.store.database import is_unavailable, refuses_nul
 
 log = logging.getLogger("execauth.api")
 
@@ -96,6 +97,8 @@ async def handle_database_error(request: Request, exc: Exception) -> Response:
     to ``handle_unexpected`` (500, logged with its traceback).
     """
     assert isinstance(exc, SQLAlchemyError)
+    if refuses_nul(exc):
+        return render_error(request, InvalidRequest("the request holds U+0000 (NUL) in text"))
     if not is_unavailable(exc):
         raise exc
     # The driver's message only: SQLAlchemy's own text carries the statement's parameters.

@@ -163,6 +163,20 @@ def schema_is_current(engine: Engine) -> bool:
     return applied == heads
 
 
+def refuses_nul(error: SQLAlchemyError) -> bool:
+    """Whether PostgreSQL's driver refused a value holding U+0000, which ``text`` cannot store.
+
+    Bodies and query parameters are refused before they get here (api/wire,
+    api/pagination); a path parameter (``/operator/executions/a%00b``) reaches the
+    query, and psycopg refuses it before sending: bad input, not an outage or a bug.
+    """
+    return (
+        isinstance(error, DBAPIError)
+        and type(error.orig).__module__.startswith("psycopg")
+        and "NUL (0x00)" in str(error.orig)
+    )
+
+
 def is_unavailable(error: SQLAlchemyError) -> bool:
     """Whether ``error`` means the database cannot be reached or written right now.
 
