@@ -2,8 +2,8 @@
 
 Compose cannot run here (no container runtime), so the file is checked against the
 Compose Specification's JSON schema (``compose-spec.json`` beside this file, from the
-compose-spec repository, Apache-2.0) and read for what docs/deploy.md promises; its
-HAProxy configuration is checked by HAProxy itself.
+compose-spec repository at commit 170098b, Apache-2.0) and read for what docs/deploy.md
+promises; its HAProxy configuration is checked by HAProxy itself.
 """
 
 from __future__ import annotations
