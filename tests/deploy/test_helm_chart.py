@@ -77,7 +77,7 @@ def test_the_chart_renders_the_documented_kinds() -> None:
 
 
 def test_the_chart_refuses_to_render_without_a_public_issuer() -> None:
-    with pytest.raises(helm.HelmError, match="config.issuer"):
+    with pytest.raises(helm.HelmError, match=r"config\.issuer"):
         render({})
 
 
