@@ -131,6 +131,8 @@ def settings(
         default_plan="free" if "free" in plans else None,
         # Tests sequence explicitly (app.state.sequencer.run_once()), so "pending" is testable.
         sequencer_interval_seconds=3600,
+        # Likewise streaming: tests/streaming runs the dispatcher's turns itself.
+        streaming_enabled=False,
     )
 
 

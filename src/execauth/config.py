@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     # X-Forwarded-Proto are believed. Empty: nobody's, so no client can claim to have
     # come over TLS or from another address (docs/deploy.md, "Behind a proxy").
     forwarded_allow_ips: str = ""
+    # Decision streaming (docs/observability.md): every serving instance delivers the
+    # subscriptions it holds the lease of. The NATS server JetStream subscriptions publish
+    # to is the operator's choice, not an organization's: orgs name only the subject.
+    streaming_enabled: bool = True
+    nats_url: str | None = None
+    stream_poll_interval_seconds: float = Field(default=0.2, gt=0)
+    stream_max_attempts: int = Field(default=12, ge=1)
 
     @model_validator(mode="after")
     def _catalog_is_not_empty(self) -> Settings:

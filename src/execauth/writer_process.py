@@ -38,6 +38,7 @@ from execauth.store.ledger import LogStore
 from execauth.store.remote_writer import WriterServer
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
+from execauth.streaming.dispatcher import dispatcher_for
 
 log = logging.getLogger("execauth.writer")
 DRAIN_MARGIN_SECONDS = 5.0
@@ -66,8 +67,11 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
         interval_seconds=settings.sequencer_interval_seconds,
         metrics=metrics,
     )
+    dispatcher = dispatcher_for(settings, engine, secret)
     writer.start()
     sequencer.start(writer)
+    if dispatcher is not None:
+        dispatcher.start()  # decision streaming: a thread of its own, reading the log
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
         uvloop.run(
@@ -80,6 +84,8 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
             )
         )
     finally:
+        if dispatcher is not None:
+            dispatcher.stop()
         sequencer.stop()
         writer.stop()  # commits everything still queued
         engine.dispose()

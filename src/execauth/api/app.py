@@ -31,6 +31,7 @@ from execauth.sequencer import Sequencer
 from execauth.service import Clock, ExecutionService, utc_now
 from execauth.shared_generation import SharedGeneration
 from execauth.store.writer import ReceiptWriter
+from execauth.streaming.dispatcher import dispatcher_for
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")
@@ -67,11 +68,18 @@ def create_app(
         metrics=runtime.metrics,
     )
 
+    # Decision streaming runs beside the sequencer: here, or in the writer process.
+    dispatcher = dispatcher_for(runtime.settings, runtime.engine, runtime.secret)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime.start()
+        # Else the writer process of ``serve --workers N`` sequences and streams.
+        in_process = isinstance(runtime.writer, ReceiptWriter)
         if isinstance(runtime.writer, ReceiptWriter):
-            sequencer.start(runtime.writer)  # else the writer process sequences
+            sequencer.start(runtime.writer)
+            if dispatcher is not None:
+                dispatcher.start()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_refresh_keys, runtime, service)
             try:
@@ -79,6 +87,8 @@ def create_app(
             finally:
                 tasks.cancel_scope.cancel()
         service.rate_limiter.close()
+        if in_process and dispatcher is not None:
+            await anyio.to_thread.run_sync(dispatcher.stop)
         await anyio.to_thread.run_sync(sequencer.stop)
         await anyio.to_thread.run_sync(runtime.stop)
 

@@ -19,6 +19,7 @@ from execauth.api.key_routes import KeyHandlers
 from execauth.api.pagination import month_param, query_text, time_param
 from execauth.api.policy_routes import PolicyHandlers
 from execauth.api.replay_routes import ReplayHandlers
+from execauth.api.subscription_routes import SubscriptionHandlers
 from execauth.api.views import org_view
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.control_plane import ControlPlane, UsageQueries
@@ -26,6 +27,7 @@ from execauth.errors import Unauthorized
 from execauth.export import build_bundle
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
+from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import PLATFORM_ADMIN
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -66,6 +68,9 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
     keys = KeyHandlers(plane, path_org, max_body)
     replays = ReplayHandlers(ReplayService(service), path_org)
     policies = PolicyHandlers(plane, control, path_org)
+    streams = SubscriptionHandlers(
+        SubscriptionStore(runtime.engine), runtime.secret, runtime.settings, path_org, service.clock
+    )
 
     async def create_org(request: Request) -> Response:
         spec = decode_as(await read_json_body(request, max_body), NewOrg)
@@ -130,6 +135,24 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         Route(org + "/replay", admin_only(replays.range), methods=["POST"]),
         Route(org + "/export", admin_only(export_bundle), methods=["GET"]),
         Route(org + "/executions/{execution_id}/replay", admin_only(replays.one), methods=["POST"]),
+        Route(org + "/subscriptions", admin_only(streams.list), methods=["GET"]),
+        Route(org + "/subscriptions", admin_only(streams.create), methods=["POST"]),
+        Route(org + "/subscriptions/{subscription_id}", admin_only(streams.show), methods=["GET"]),
+        Route(
+            org + "/subscriptions/{subscription_id}",
+            admin_only(streams.delete),
+            methods=["DELETE"],
+        ),
+        Route(
+            org + "/subscriptions/{subscription_id}/resume",
+            admin_only(streams.resume),
+            methods=["POST"],
+        ),
+        Route(
+            org + "/subscriptions/{subscription_id}/pause",
+            admin_only(streams.pause),
+            methods=["POST"],
+        ),
         Route("/console/v1/usage", admin_only(usage_export), methods=["GET"]),
         Route("/console/v1/audit", admin_only(platform_audit), methods=["GET"]),
     ]

@@ -21,12 +21,14 @@ from execauth.api.key_routes import KeyHandlers
 from execauth.api.pagination import month_param
 from execauth.api.policy_routes import PolicyHandlers
 from execauth.api.replay_routes import ReplayHandlers
+from execauth.api.subscription_routes import SubscriptionHandlers
 from execauth.api.views import execution_detail
 from execauth.api.wire import json_response
 from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Forbidden, NotFound
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService, Principal
+from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import key_actor
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -65,6 +67,13 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
     write_keys = KeyHandlers(plane, writers, max_body)
     read_policies = PolicyHandlers(plane, runtime.control, readers)
     write_policies = PolicyHandlers(plane, runtime.control, writers)
+    streams = SubscriptionStore(runtime.engine)
+    read_streams = SubscriptionHandlers(
+        streams, runtime.secret, runtime.settings, readers, service.clock
+    )
+    write_streams = SubscriptionHandlers(
+        streams, runtime.secret, runtime.settings, writers, service.clock
+    )
 
     async def list_executions(request: Request) -> Response:
         org_id, _ = await readers(request)
@@ -101,4 +110,20 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/operator/policies/{policy_id}", write_policies.publish, methods=["PUT"]),
         Route("/operator/audit", audit, methods=["GET"]),
         Route("/operator/usage", org_usage, methods=["GET"]),
+        Route("/operator/subscriptions", read_streams.list, methods=["GET"]),
+        Route("/operator/subscriptions", write_streams.create, methods=["POST"]),
+        Route("/operator/subscriptions/{subscription_id}", read_streams.show, methods=["GET"]),
+        Route(
+            "/operator/subscriptions/{subscription_id}", write_streams.delete, methods=["DELETE"]
+        ),
+        Route(
+            "/operator/subscriptions/{subscription_id}/resume",
+            write_streams.resume,
+            methods=["POST"],
+        ),
+        Route(
+            "/operator/subscriptions/{subscription_id}/pause",
+            write_streams.pause,
+            methods=["POST"],
+        ),
     ]

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import Engine
 from ulid import ULID
 
+from execauth.config import Settings
 from execauth.server_secret import ServerSecret
 from execauth.store.subscriptions import Subscription, SubscriptionStore
 from execauth.streaming.events import backoff_seconds, unseal_webhook_secret
@@ -195,3 +197,18 @@ class Dispatcher:
         sinks, self._sinks = self._sinks, {}
         for sink in sinks.values():
             await sink.close()
+
+
+def dispatcher_for(settings: Settings, engine: Engine, secret: ServerSecret) -> Dispatcher | None:
+    """The dispatcher a serving process runs, or ``None`` where streaming is turned off."""
+    if not settings.streaming_enabled:
+        return None
+    return Dispatcher(
+        SubscriptionStore(engine),
+        secret,
+        DispatchSettings(
+            poll_interval_seconds=settings.stream_poll_interval_seconds,
+            max_attempts=settings.stream_max_attempts,
+            nats_url=settings.nats_url,
+        ),
+    )
