@@ -89,6 +89,13 @@ class Settings(BaseSettings):
     keep_alive_timeout_seconds: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=4096, ge=1)
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Heavy operator work: replays, impact, exports, listings (api/admission.py). Per org:
+    # requests per minute and at once; per serving process: at once over all orgs, and
+    # how long one waits for its turn (else 429 with Retry-After).
+    operator_requests_per_minute: int = Field(default=60, ge=1)
+    operator_concurrency_per_org: int = Field(default=2, ge=1)
+    operator_concurrency: int = Field(default=2, ge=1)
+    operator_queue_seconds: float = Field(default=5.0, gt=0)
     writer_max_batch: int = 512
     # How often an instance re-reads keys and policies changed by another process.
     refresh_interval_seconds: float = 1.0

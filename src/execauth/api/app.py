@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
+from execauth.api.admission import OperatorAdmission, admission_limits, guard_heavy_routes
 from execauth.api.console import console_routes
 from execauth.api.errors import (
     handle_database_error,
@@ -60,6 +61,8 @@ def create_app(
         routes += operator_routes(service)
     routes += ledger_routes(service, surfaces)
     routes += web_routes(service, surfaces)
+    # Replays, exports and listings are bounded per org and per process (docs/operations.md).
+    routes = guard_heavy_routes(routes, OperatorAdmission(service, admission_limits(runtime)))
     sequencer = Sequencer(
         runtime.logs,
         runtime.keyring,
