@@ -4,78 +4,199 @@ A bundle holds the receipts of a time range with their inclusion proofs, every
 leaf hash of the log up to the bundle's checkpoint (so that a verifier can check
 the log is gap-free and consistent with any checkpoint it trusted before), the
 checkpoint itself and the key list. ``ledger.bundle`` verifies it with no network.
+
+A bundle can hold millions of receipts, so it is never built in memory: ``bundle_scope``
+settles what it holds (a few aggregate queries), then ``bundle_chunks`` writes its JSON
+a chunk of the log at a time, each chunk read and proved with queries of its own. The
+stored receipt bytes go into the JSON as they are (they are the JSON the service sent).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from execauth.keyring import key_list_document
 from execauth.ledger.bundle import BUNDLE_FORMAT
+from execauth.ledger.merkle import inclusion_proof
 from execauth.runtime import Runtime
 from execauth.sequencer import log_origin
-from execauth.store.tables import executions
+from execauth.store.ledger import StoredCheckpoint
+from execauth.store.tables import executions, log_leaves
 from execauth.wire_time import format_timestamp
 
+# Receipts (and their proofs) per chunk, and leaf hashes per chunk: each chunk is one
+# transaction's worth of reads, and what the process holds of a bundle at any time.
+RECEIPTS_PER_CHUNK = 1_000
+LEAVES_PER_CHUNK = 20_000
 
-def build_bundle(
+
+@dataclass(frozen=True, slots=True)
+class BundleScope:
+    """What a bundle holds, settled before its first byte is written.
+
+    Everything it names is immutable once sequenced (leaves, nodes, the receipts'
+    log indexes), so the chunks read later agree with it whatever the sequencer does
+    meanwhile.
+    """
+
+    org_id: str
+    since: datetime | None
+    until: datetime | None
+    exported_at: datetime
+    checkpoint: StoredCheckpoint | None
+    first_index: int  # the receipts are the log's [first_index, end_index)
+    end_index: int
+    pending: int  # selected but not yet under the checkpoint
+
+    @property
+    def tree_size(self) -> int:
+        return self.checkpoint.tree_size if self.checkpoint is not None else 0
+
+    @property
+    def receipts(self) -> int:
+        return self.end_index - self.first_index
+
+    def headers(self) -> dict[str, str]:
+        """What the client can tell before the body: its progress and its summary."""
+        return {
+            "X-Bundle-Receipts": str(self.receipts),
+            "X-Bundle-Tree-Size": str(self.tree_size),
+            "X-Bundle-Pending": str(self.pending),
+        }
+
+
+def bundle_scope(
     runtime: Runtime, org_id: str, since: datetime | None, until: datetime | None, now: datetime
-) -> dict[str, Any]:
-    """The bundle for ``org_id``'s receipts decided in [since, until), as of the latest checkpoint.
+) -> BundleScope:
+    """The bundle of ``org_id``'s receipts decided in [since, until), as of the latest checkpoint.
 
     The range is widened to whole log-index spans: a receipt sequenced between two
     selected ones is included even if it falls just outside the times, so that the
     receipts' indexes are contiguous and a deletion shows as a gap.
     """
-    logs = runtime.logs
-    checkpoint = logs.latest_checkpoint(org_id)
+    checkpoint = runtime.logs.latest_checkpoint(org_id)
     size = checkpoint.tree_size if checkpoint is not None else 0
-    query = select(executions.c.log_index, executions.c.receipt).where(
-        executions.c.org_id == org_id
-    )
-    if since is not None:
-        query = query.where(executions.c.decided_at_ms >= int(since.timestamp() * 1000))
-    if until is not None:
-        query = query.where(executions.c.decided_at_ms < int(until.timestamp() * 1000))
+    in_range = _decided_in(org_id, since, until)
+    sequenced = executions.c.log_index < size
     with runtime.engine.connect() as conn:
-        selected = conn.execute(query).all()
-        indexes = [row[0] for row in selected if row[0] is not None and row[0] < size]
-        pending = len(selected) - len(indexes)
-        rows: list[Any] = []
-        if indexes:
-            rows = list(
-                conn.execute(
-                    select(executions.c.log_index, executions.c.receipt)
-                    .where(
-                        executions.c.org_id == org_id,
-                        executions.c.log_index >= min(indexes),
-                        executions.c.log_index <= max(indexes),
-                    )
-                    .order_by(executions.c.log_index)
-                ).all()
+        first, last = conn.execute(
+            select(func.min(executions.c.log_index), func.max(executions.c.log_index)).where(
+                *in_range, sequenced
             )
-    return {
+        ).one()
+        pending = conn.execute(
+            select(func.count()).where(
+                *in_range, or_(executions.c.log_index.is_(None), executions.c.log_index >= size)
+            )
+        ).scalar_one()
+    if first is None:
+        first = last = -1
+    return BundleScope(
+        org_id, since, until, now, checkpoint, int(first), int(last) + 1, int(pending)
+    )
+
+
+def bundle_chunks(runtime: Runtime, scope: BundleScope) -> Iterator[bytes]:
+    """The bundle's JSON, in pieces of at most one chunk of the log each."""
+    issuer = runtime.settings.issuer
+    head = {
         "format": BUNDLE_FORMAT,
-        "org_id": org_id,
-        "origin": log_origin(runtime.settings.issuer, org_id),
-        "exported_at": format_timestamp(now),
-        "since": format_timestamp(since) if since else None,
-        "until": format_timestamp(until) if until else None,
-        "key_list": key_list_document(runtime.keyring.records, runtime.settings.issuer),
-        "checkpoint": checkpoint.note if checkpoint is not None else None,
-        "tree_size": size,
-        "leaf_hashes": [h.hex() for h in logs.leaf_hashes(org_id, size)],
-        "receipts": [
-            {
-                "log_index": index,
-                "receipt": msgspec.json.decode(bytes(receipt)),
-                "inclusion_path": [h.hex() for h in logs.inclusion_path(org_id, index, size)],
-            }
-            for index, receipt in rows
-        ],
-        "pending": pending,
+        "org_id": scope.org_id,
+        "origin": log_origin(issuer, scope.org_id),
+        "exported_at": format_timestamp(scope.exported_at),
+        "since": format_timestamp(scope.since) if scope.since else None,
+        "until": format_timestamp(scope.until) if scope.until else None,
+        "key_list": key_list_document(runtime.keyring.records, issuer),
+        "checkpoint": scope.checkpoint.note if scope.checkpoint is not None else None,
+        "tree_size": scope.tree_size,
+        "pending": scope.pending,
     }
+    # The same object ``json.loads`` gives back as before: the fixed fields, then the lists.
+    yield msgspec.json.encode(head)[:-1] + b',"leaf_hashes":['
+    for start in range(0, scope.tree_size, LEAVES_PER_CHUNK):
+        end = min(start + LEAVES_PER_CHUNK, scope.tree_size)
+        hashes = _leaf_hashes(runtime, scope.org_id, start, end)
+        yield (b"," if start else b"") + b",".join(b'"%s"' % h.hex().encode() for h in hashes)
+    yield b'],"receipts":['
+    for start in range(scope.first_index, scope.end_index, RECEIPTS_PER_CHUNK):
+        end = min(start + RECEIPTS_PER_CHUNK, scope.end_index)
+        entries = _receipt_entries(runtime, scope, start, end)
+        yield (b"," if start > scope.first_index else b"") + b",".join(entries)
+    yield b"]}\n"
+
+
+def _decided_in(
+    org_id: str, since: datetime | None, until: datetime | None
+) -> list[ColumnElement[bool]]:
+    where = [executions.c.org_id == org_id]
+    if since is not None:
+        where.append(executions.c.decided_at_ms >= int(since.timestamp() * 1000))
+    if until is not None:
+        where.append(executions.c.decided_at_ms < int(until.timestamp() * 1000))
+    return where
+
+
+def _leaf_hashes(runtime: Runtime, org_id: str, start: int, end: int) -> list[bytes]:
+    query = (
+        select(log_leaves.c.leaf_hash)
+        .where(
+            log_leaves.c.org_id == org_id,
+            log_leaves.c.log_index >= start,
+            log_leaves.c.log_index < end,
+        )
+        .order_by(log_leaves.c.log_index)
+    )
+    with runtime.engine.connect() as conn:
+        hashes = [bytes(h) for h in conn.execute(query).scalars()]
+    if len(hashes) != end - start:
+        # The checkpoint commits to these leaves: a hole is corruption, never a shorter log.
+        raise LookupError(f"log {org_id}: leaves [{start}, {end}) are incomplete")
+    return hashes
+
+
+def _receipt_entries(runtime: Runtime, scope: BundleScope, start: int, end: int) -> list[bytes]:
+    """``{"log_index", "receipt", "inclusion_path"}`` of the log's [start, end), as JSON."""
+    query = (
+        select(log_leaves.c.log_index, executions.c.receipt)
+        .join(executions, executions.c.execution_id == log_leaves.c.execution_id)
+        .where(
+            log_leaves.c.org_id == scope.org_id,
+            log_leaves.c.log_index >= start,
+            log_leaves.c.log_index < end,
+        )
+        .order_by(log_leaves.c.log_index)
+    )
+    with runtime.engine.connect() as conn:
+        rows: Sequence[Any] = conn.execute(query).all()
+    paths = _inclusion_paths(runtime, scope, [row[0] for row in rows])
+    return [
+        b'{"log_index":%d,"receipt":%s,"inclusion_path":%s}'
+        % (index, bytes(receipt), msgspec.json.encode([h.hex() for h in path]))
+        for (index, receipt), path in zip(rows, paths, strict=True)
+    ]
+
+
+def _inclusion_paths(runtime: Runtime, scope: BundleScope, indexes: list[int]) -> list[list[bytes]]:
+    """Each index's RFC 9162 inclusion proof, with one prefetch of every node they share.
+
+    Proof generation asks for the same subtrees whatever their hashes, so a hash-free
+    first pass names the nodes; one fetch loads them; the second pass builds the proofs.
+    """
+    asked: list[tuple[int, int]] = []
+
+    def record(start: int, end: int) -> bytes:
+        asked.append((start, end))
+        return bytes(32)
+
+    for index in indexes:
+        inclusion_proof(index, scope.tree_size, record)
+    roots = runtime.logs.subtree_roots(scope.org_id)
+    roots.prefetch(asked)
+    return [inclusion_proof(index, scope.tree_size, roots) for index in indexes]

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import anyio.to_thread
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from execauth.api.history import audit_page
@@ -24,7 +24,7 @@ from execauth.api.views import org_view
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Unauthorized
-from execauth.export import build_bundle
+from execauth.export import bundle_chunks, bundle_scope
 from execauth.replay import ReplayService
 from execauth.service import ExecutionService
 from execauth.store.subscriptions import SubscriptionStore
@@ -106,13 +106,16 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         return json_response(await usage.billing_export(month_param(request)))
 
     async def export_bundle(request: Request) -> Response:
-        """The org's audit bundle for [since, until) (``execauth export``)."""
+        """The org's audit bundle for [since, until) (``execauth export``), streamed."""
         org_id, _ = await path_org(request)
         since, until = time_param(request, "since"), time_param(request, "until")
-        bundle = await anyio.to_thread.run_sync(
-            lambda: build_bundle(runtime, org_id, since, until, service.clock())
+        scope = await anyio.to_thread.run_sync(
+            lambda: bundle_scope(runtime, org_id, since, until, service.clock())
         )
-        return json_response(bundle)
+        # A sync iterator: Starlette reads each chunk in a worker thread, off the event loop,
+        # and no more of the bundle than one chunk is ever in memory.
+        chunks = bundle_chunks(runtime, scope)
+        return StreamingResponse(chunks, media_type="application/json", headers=scope.headers())
 
     async def platform_audit(request: Request) -> Response:
         return json_response(await audit_page(runtime, request, query_text(request, "org_id")))

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from execauth.cli.console_client import (
     DEFAULT_URL,
@@ -15,7 +25,7 @@ from execauth.cli.console_client import (
     EXIT_USAGE,
     UrlOption,
     check_timestamp,
-    console_call,
+    console_stream,
 )
 from execauth.ledger.bundle import BundleError, verify_bundle
 
@@ -36,17 +46,61 @@ def export(
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the bundle.")],
     since: SinceOption = None,
     until: UntilOption = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds to wait to connect and for each further piece of the bundle "
+            "(not for the whole export, which takes as long as its size needs).",
+        ),
+    ] = 60.0,
     url: UrlOption = DEFAULT_URL,
 ) -> None:
-    """Write a self-contained audit bundle: receipts, proofs, leaf hashes, checkpoint, keys."""
+    """Write a self-contained audit bundle: receipts, proofs, leaf hashes, checkpoint, keys.
+
+    The bundle is streamed to OUTPUT as it arrives (memory stays flat whatever its size),
+    with progress on a terminal; an export that fails half way leaves no file behind.
+    """
     params = {k: v for k, v in (("since", since), ("until", until)) if v is not None}
-    bundle = console_call(url, "GET", f"/orgs/{org}/export", params=params)
-    output.write_text(json.dumps(bundle, indent=1, ensure_ascii=False) + "\n")
+    partial = output.with_name(output.name + ".partial")
+    with console_stream(url, f"/orgs/{org}/export", params=params, timeout=timeout) as answer:
+        receipts = int(answer.headers.get("X-Bundle-Receipts", "0"))
+        try:
+            with partial.open("wb") as handle, _progress(receipts) as advance:
+                for chunk in answer.iter_bytes():
+                    handle.write(chunk)
+                    advance(len(chunk))
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            typer.echo(f"error: cannot write {output}: {exc}", err=True)
+            raise typer.Exit(EXIT_FAILED) from exc
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a broken-off bundle must not pass for one
+            raise
+    partial.replace(output)
+    pending = int(answer.headers.get("X-Bundle-Pending", "0"))
     typer.echo(
-        f"wrote {output}: {len(bundle['receipts'])} receipts, log size {bundle['tree_size']}"
-        + (f", {bundle['pending']} not yet sequenced (export again to include them)"
-           if bundle["pending"] else "")
-    )  # fmt: skip
+        f"wrote {output}: {receipts} receipts, log size {answer.headers.get('X-Bundle-Tree-Size')}"
+        + (f", {pending} not yet sequenced (export again to include them)" if pending else "")
+    )
+
+
+@contextmanager
+def _progress(receipts: int) -> Iterator[Callable[[int], None]]:
+    """Bytes received so far, on stderr when it is a terminal; nothing otherwise."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _: None
+        return
+    columns = (
+        TextColumn(f"exporting {receipts} receipts"),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("export", total=None)
+        yield lambda size: progress.advance(task, size)
 
 
 @app.command("verify")
@@ -60,6 +114,7 @@ def verify(
         Path | None,
         typer.Option(help="Your own copy of service-keys.json, instead of the bundle's."),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Verify every signature, inclusion proof and log index; exit 0 only if all hold."""
     try:
@@ -75,6 +130,15 @@ def verify(
     except (OSError, ValueError, BundleError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from exc
+    if as_json:
+        typer.echo(json.dumps({
+            "status": "VALID" if report.ok else "INVALID",
+            "receipts_checked": report.receipts_checked,
+            "expired_permits": report.expired_permits,
+            "notes": report.notes,
+            "failures": report.failures,
+        }, indent=2))  # fmt: skip
+        raise typer.Exit(0 if report.ok else EXIT_FAILED)
     for note in report.notes:
         typer.echo(f"ok: {note}")
     for failure in report.failures:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +29,7 @@ TOKEN_ENV = "EXECAUTH_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a se
 EXIT_FAILED, EXIT_USAGE = 1, 2
 TIMEOUT_SECONDS = 30.0
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+UNBOUNDED = 1 << 20  # columns: a width no table reaches, to measure its natural size
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the service's JSON.")]
 OrgId = Annotated[str, typer.Argument(help="The organization (org_…).")]
@@ -88,6 +91,37 @@ def console_call(
         return response.json()
     except ValueError as exc:
         typer.echo(f"error: {url} answered {response.status_code} with no JSON", err=True)
+        raise typer.Exit(EXIT_FAILED) from exc
+
+
+@contextmanager
+def console_stream(
+    url: str, path: str, *, params: Mapping[str, str] | None = None, timeout: float
+) -> Iterator[httpx.Response]:
+    """``GET /console/v1{path}`` as the platform admin, its body left unread for streaming.
+
+    ``timeout`` bounds connecting and each wait for more of the body, not the whole
+    transfer: an answer of any size arrives as long as it keeps arriving. Failures exit
+    as ``console_call``'s do, also one that breaks the body off half way.
+    """
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        typer.echo(f"error: {TOKEN_ENV} is not set (it is never accepted as a flag)", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        with httpx.stream(
+            "GET", url.rstrip("/") + "/console/v1" + path, params=params,
+            headers={"Authorization": f"Bearer {token}"}, timeout=timeout,
+        ) as response:  # fmt: skip
+            if response.is_error:
+                response.read()
+                _report_error(response, None)
+            yield response
+    except httpx.InvalidURL as exc:
+        typer.echo(f"error: --url {url!r} is not a valid URL: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    except httpx.HTTPError as exc:
+        typer.echo(f"error: the service at {url} failed: {exc!r}", err=True)
         raise typer.Exit(EXIT_FAILED) from exc
 
 
@@ -155,19 +189,39 @@ def _cell(value: Any) -> Text:
 def print_table(
     columns: Sequence[str], rows: Iterable[Mapping[str, Any]], title: str | None = None
 ) -> None:
-    """Print ``rows`` as a Rich table of ``columns``."""
+    """Print ``rows`` as a table of ``columns``, or as one record per row when narrow.
+
+    A table too wide for the terminal would have Rich cut its cells inside words (an id,
+    a timestamp split over two lines cannot be copied or read). When even the longest
+    word of each column does not fit side by side, each row is printed as a field/value
+    record instead, where only a single word longer than a whole line can break.
+    """
+    console = Console()
+    listed = list(rows)
+    table = _table(columns, listed, title)
+    # Rich's minimum width of a table: every column as wide as its longest word.
+    narrowest = Measurement.get(console, console.options.update_width(UNBOUNDED), table).minimum
+    if narrowest <= console.width:
+        console.print(table)
+        return
+    for row in listed:
+        print_record({c: row.get(c) for c in columns}, title)
+
+
+def _table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]], title: str | None) -> Table:
     table = Table(title=title)
     for column in columns:
-        # Ids stay whole so they can be copied; anything else may fold on a narrow terminal.
+        # Ids never wrap, so they can be copied; other cells wrap between words.
         table.add_column(column, overflow="fold", no_wrap=column.endswith("_id"))
     for row in rows:
         table.add_row(*(_cell(row.get(c)) for c in columns))
-    Console().print(table)
+    return table
 
 
 def print_record(record: Mapping[str, Any], title: str | None = None) -> None:
     """Print one object as a two-column field/value table."""
-    print_table(("field", "value"), ({"field": k, "value": v} for k, v in record.items()), title)
+    rows = [{"field": k, "value": v} for k, v in record.items()]
+    Console().print(_table(("field", "value"), rows, title))
 
 
 # --- argument checks (usage errors, exit 2) ------------------------------------------
