@@ -249,7 +249,7 @@ def test_bad_ttl_is_refused_with_its_line(ttl: str) -> None:
 def test_ttl_on_a_deny_rule_is_refused() -> None:
     problem = _only_problem(_policy("- id: r\n  deny: 'true'\n  ttl: 10m\n"))
     assert problem.path == "surfaces[0].rules[0].ttl"
-    assert "only permit rules" in problem.reason
+    assert "only permit and escalate rules" in problem.reason
 
 
 @pytest.mark.parametrize(
@@ -280,13 +280,13 @@ def test_yaml_boolean_rule_id_no_is_refused_with_its_line() -> None:
 
 def test_rule_with_both_permit_and_deny_is_refused() -> None:
     problem = _only_problem(_policy("- id: r\n  permit: 'true'\n  deny: 'true'\n"))
-    assert "exactly one of 'permit' or 'deny'" in problem.reason
+    assert "exactly one of 'permit', 'deny' or 'escalate'" in problem.reason
     assert problem.line == 5
 
 
 def test_rule_with_neither_permit_nor_deny_is_refused() -> None:
     problem = _only_problem(_policy("- id: r\n  message: hello\n"))
-    assert "exactly one of 'permit' or 'deny'" in problem.reason
+    assert "exactly one of 'permit', 'deny' or 'escalate'" in problem.reason
 
 
 def test_reason_outside_service_policy_namespace_is_refused() -> None:

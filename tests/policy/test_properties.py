@@ -344,15 +344,14 @@ def _decided_as_before(
         message = f"request cannot be evaluated: {exc}"
         return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, message)
     size = _measure_iteratively({**request, "org": org})
-    permits: list[CompiledRule] = []
-    denies: list[CompiledRule] = []
+    matched: dict[str, list[CompiledRule]] = {"permit": [], "deny": [], "escalate": []}
     for rule in block.rules:
         value = _run(rule, activation, size)
         if isinstance(value, str):
             return Decision(Outcome.SILENCE, rule.id, Reason.EVALUATION_ERROR, value)
         if value:
-            (permits if rule.effect == "permit" else denies).append(rule)
-    return _conclude(permits, denies)
+            matched[rule.effect].append(rule)
+    return _conclude(matched["permit"], matched["deny"], matched["escalate"])
 
 
 def _agree(block: CompiledBlock, request: Mapping[str, Any], now: Any, org: Any) -> Decision:

@@ -32,6 +32,7 @@ import rfc8785
 import yaml
 
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy.decision import DEFAULT_APPROVER_ROLES, DEFAULT_PERMIT_TTL_SECONDS, Escalation
 from execauth.surfaces import compile_surface_pattern
 
 POLICY_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
@@ -44,19 +45,29 @@ MAX_DOCUMENT_BYTES = 256 * 1024
 
 _TOP_FIELDS = {"policy_id", "description", "surfaces"}
 _BLOCK_FIELDS = {"match", "require", "rules", "description"}
-_RULE_FIELDS = {"id", "permit", "deny", "reason", "message", "ttl", "description"}
+_RULE_FIELDS = {
+    "id", "permit", "deny", "escalate", "reason", "message", "ttl", "description",
+    "approvers", "quorum", "approval_ttl",
+}  # fmt: skip
+_EFFECTS = ("permit", "deny", "escalate")
+_ESCALATE_ONLY = ("approvers", "quorum", "approval_ttl")
+_APPROVER_FIELDS = {"roles", "keys"}
+APPROVER_ROLES = ("admin", "auditor", "execute")  # tenancy.api_keys.ROLES
+APPROVER_KEY_PATTERN = re.compile(r"^key_[0-9a-z]{26}\Z")
+MAX_QUORUM = 10
 
 
 @dataclass(frozen=True, slots=True)
 class RuleSpec:
     id: str
-    effect: str  # "permit" | "deny"
+    effect: str  # "permit" | "deny" | "escalate"
     condition: str
     reason: str | None
     message: str | None
     ttl_seconds: int | None
     path: str  # where it sits in the document, for error messages
     line: int | None
+    escalation: Escalation | None = None  # escalate rules only
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,16 +314,16 @@ class _Checker:
 
     def rule(self, raw: Any, path: str) -> RuleSpec | None:
         if not isinstance(raw, dict):
-            self.problem(path, "a rule is a mapping with 'id' and 'permit' or 'deny'")
+            self.problem(path, "a rule is a mapping with 'id' and 'permit', 'deny' or 'escalate'")
             return None
         self.unknown_fields(raw, _RULE_FIELDS, path)
         rule_id = raw.get("id")
         if not isinstance(rule_id, str) or not RULE_ID_PATTERN.match(rule_id):
             self.problem(f"{path}.id", "rule id must be 1-64 of [A-Za-z0-9_.-]")
             rule_id = None
-        effects = [e for e in ("permit", "deny") if e in raw]
+        effects = [e for e in _EFFECTS if e in raw]
         if len(effects) != 1:
-            self.problem(path, "a rule has exactly one of 'permit' or 'deny'", rule_id)
+            self.problem(path, "a rule has exactly one of 'permit', 'deny' or 'escalate'", rule_id)
             return None
         effect = effects[0]
         condition = raw[effect]
@@ -329,13 +340,20 @@ class _Checker:
             self.problem(f"{path}.message", "message must be a string", rule_id)
         ttl_seconds: int | None = None
         if "ttl" in raw:
-            if effect != "permit":
-                self.problem(f"{path}.ttl", "only permit rules have a ttl", rule_id)
+            if effect == "deny":
+                self.problem(f"{path}.ttl", "only permit and escalate rules have a ttl", rule_id)
             else:
                 try:
                     ttl_seconds = parse_duration(raw["ttl"])
                 except ValueError as exc:
                     self.problem(f"{path}.ttl", str(exc), rule_id)
+        escalation: Escalation | None = None
+        if effect == "escalate":
+            escalation = self.escalation(raw, path, rule_id, ttl_seconds)
+        else:
+            for name in _ESCALATE_ONLY:
+                if name in raw:
+                    self.problem(f"{path}.{name}", f"only escalate rules have {name}", rule_id)
         if rule_id is None:
             return None
         return RuleSpec(
@@ -347,4 +365,65 @@ class _Checker:
             ttl_seconds=ttl_seconds,
             path=f"{path}.{effect}",
             line=self.line(f"{path}.{effect}"),
+            escalation=escalation,
         )
+
+    def escalation(
+        self, raw: dict[str, Any], path: str, rule_id: str | None, ttl_seconds: int | None
+    ) -> Escalation:
+        """An escalate rule's approvers, quorum and times; documented defaults for the rest."""
+        roles: tuple[str, ...] = DEFAULT_APPROVER_ROLES
+        keys: tuple[str, ...] = ()
+        approvers = raw.get("approvers")
+        if approvers is not None:
+            if not isinstance(approvers, dict):
+                self.problem(
+                    f"{path}.approvers", "approvers is a mapping of roles and keys", rule_id
+                )
+            else:
+                self.unknown_fields(approvers, _APPROVER_FIELDS, f"{path}.approvers")
+                roles = self.names(approvers, "roles", path, rule_id, APPROVER_ROLES)
+                keys = self.names(approvers, "keys", path, rule_id, None)
+                if not roles and not keys:
+                    self.problem(f"{path}.approvers", "approvers names no role and no key", rule_id)
+        quorum = raw.get("quorum", 1)
+        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= MAX_QUORUM:
+            self.problem(f"{path}.quorum", f"quorum must be an integer 1-{MAX_QUORUM}", rule_id)
+            quorum = 1
+        if keys and not roles and quorum > len(keys):
+            self.problem(f"{path}.quorum", "quorum exceeds the number of named keys", rule_id)
+        approval_ttl = Escalation().approval_ttl_seconds
+        if "approval_ttl" in raw:
+            try:
+                approval_ttl = parse_duration(raw["approval_ttl"])
+            except ValueError as exc:
+                self.problem(f"{path}.approval_ttl", str(exc), rule_id)
+        return Escalation(
+            roles=roles,
+            keys=keys,
+            quorum=quorum,
+            approval_ttl_seconds=approval_ttl,
+            permit_ttl_seconds=ttl_seconds or DEFAULT_PERMIT_TTL_SECONDS,
+        )
+
+    def names(
+        self,
+        approvers: dict[str, Any],
+        field: str,
+        path: str,
+        rule_id: str | None,
+        allowed: tuple[str, ...] | None,
+    ) -> tuple[str, ...]:
+        values = approvers.get(field, [])
+        where = f"{path}.approvers.{field}"
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            self.problem(where, f"approvers.{field} must be a list of strings", rule_id)
+            return ()
+        for value in values:
+            if allowed is not None and value not in allowed:
+                self.problem(
+                    where, f"unknown role {value!r} (allowed: {', '.join(allowed)})", rule_id
+                )
+            if allowed is None and not APPROVER_KEY_PATTERN.match(value):
+                self.problem(where, f"{value!r} is not an API key id (key_…)", rule_id)
+        return tuple(dict.fromkeys(values))

@@ -34,6 +34,7 @@ from execauth.policy.cost import (
 from execauth.policy.decision import (
     DEFAULT_PERMIT_TTL_SECONDS,
     Decision,
+    Escalation,
     Outcome,
     PolicyRef,
     Reason,
@@ -66,6 +67,7 @@ class CompiledRule:
     message: str | None
     ttl_seconds: int | None
     cost: ExpressionCost
+    escalation: Escalation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ def compile_policy(
             rules.append(
                 CompiledRule(
                     rule.id, rule.effect, rule.condition, program, rule.reason, rule.message,
-                    rule.ttl_seconds, cost,
+                    rule.ttl_seconds, cost, rule.escalation,
                 )
             )  # fmt: skip
         blocks.append(
@@ -268,6 +270,7 @@ def evaluate(
             return _run_rules(block, (), activation, size).decision
     permits: list[CompiledRule] = []
     denies: list[CompiledRule] = []
+    escalates: list[CompiledRule] = []
     for rule in block.rules:
         try:
             value = rule.program.execute(activation)
@@ -278,9 +281,11 @@ def evaluate(
                 permits.append(rule)
             elif rule.effect == "deny":
                 denies.append(rule)
+            elif rule.effect == "escalate":
+                escalates.append(rule)
         elif value is not False:
             return _failed(rule, _not_boolean(rule, value))
-    return _conclude(permits, denies)
+    return _conclude(permits, denies, escalates)
 
 
 def trace(
@@ -320,9 +325,9 @@ def _run_rules(
 
     permits = [r.rule for r in results if r.matched and r.rule.effect == "permit"]
     denies = [r.rule for r in results if r.matched and r.rule.effect == "deny"]
-    return Trace(
-        block, _conclude(permits, denies), requires, tuple(results), _row(permits, denies), size
-    )
+    escalates = [r.rule for r in results if r.matched and r.rule.effect == "escalate"]
+    decision = _conclude(permits, denies, escalates)
+    return Trace(block, decision, requires, tuple(results), _row(permits, denies, escalates), size)
 
 
 def _activation(
@@ -432,17 +437,26 @@ def _missing(path: str) -> Decision:
     )
 
 
-def _row(permits: list[CompiledRule], denies: list[CompiledRule]) -> str:
+def _row(
+    permits: list[CompiledRule], denies: list[CompiledRule], escalates: list[CompiledRule]
+) -> str:
     if permits and denies:
         return "permit and deny rules match"
     if denies:
         return "only deny rules match"
+    if escalates:
+        return "escalate rules match (no deny)"
     if permits:
         return "only permit rules match"
     return "no rule matches"
 
 
-def _conclude(permits: list[CompiledRule], denies: list[CompiledRule]) -> Decision:
+def _conclude(
+    permits: list[CompiledRule], denies: list[CompiledRule], escalates: list[CompiledRule]
+) -> Decision:
+    """The decision table (docs/policy-language.md, "Precedence"): a conflict of permit and
+    deny is SILENCE; a deny wins over an escalate (approval never overrules a deny); an
+    escalate wins over a permit (it is never satisfied without its approvals)."""
     if permits and denies:
         return Decision(
             Outcome.SILENCE,
@@ -457,6 +471,16 @@ def _conclude(permits: list[CompiledRule], denies: list[CompiledRule]) -> Decisi
             rule.id,
             rule.reason or Reason.DENIED,
             rule.message or f"denied by rule {rule.id}",
+        )
+    if escalates:
+        rule = escalates[0]
+        assert rule.escalation is not None  # the document sets it on every escalate rule
+        return Decision(
+            Outcome.ESCALATE,
+            rule.id,
+            rule.reason or Reason.APPROVAL_REQUIRED,
+            rule.message or f"rule {rule.id} requires approval",
+            escalation=rule.escalation,
         )
     if permits:
         ttl = min(r.ttl_seconds or DEFAULT_PERMIT_TTL_SECONDS for r in permits)

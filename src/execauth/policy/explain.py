@@ -54,7 +54,7 @@ class Explanation:
 
     @property
     def outcome(self) -> str:
-        """PERMIT, DENY, SILENCE, or UNGOVERNED."""
+        """PERMIT, DENY, SILENCE, ESCALATE, or UNGOVERNED."""
         return UNGOVERNED if self.trace is None else self.trace.decision.outcome.value
 
     @property

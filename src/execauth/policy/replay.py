@@ -21,7 +21,7 @@ from execauth.policy.engine import CompiledPolicy, PolicySet, evaluate
 from execauth.wire_time import parse_timestamp
 
 UNGOVERNED = "UNGOVERNED"  # no block matches the surface: the request would be 404
-OUTCOMES = ("PERMIT", "DENY", "SILENCE", UNGOVERNED)
+OUTCOMES = ("PERMIT", "DENY", "SILENCE", "ESCALATE", UNGOVERNED)
 SAMPLES_PER_TRANSITION = 5
 
 
@@ -67,7 +67,7 @@ class RecordedExecution:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    decision: str  # PERMIT, DENY, SILENCE or UNGOVERNED
+    decision: str  # PERMIT, DENY, SILENCE, ESCALATE or UNGOVERNED
     rule_id: str | None
     reason: str | None
 

@@ -13,7 +13,7 @@ A case file (``*.cases.yaml`` next to the policies, docs/policy-language.md "Tes
           actor: release-bot
           context: {branch: main}
         expect:
-          decision: PERMIT            # PERMIT | DENY | SILENCE | UNGOVERNED | INVALID_REQUEST
+          decision: PERMIT            # PERMIT|DENY|SILENCE|ESCALATE|UNGOVERNED|INVALID_REQUEST
           rule_id: release-from-main  # optional (null: no rule)
           reason: null                # optional
           ttl: 10m                    # optional, PERMIT only
@@ -46,7 +46,7 @@ from execauth.wire_time import parse_timestamp, truncate_to_millis
 DEFAULT_NOW = "2026-01-07T12:00:00Z"  # a Wednesday, noon UTC: fixed so tests are deterministic
 DEFAULT_ORG: dict[str, Any] = {"id": "org_test", "plan": "free"}
 INVALID_REQUEST = "INVALID_REQUEST"  # the server would answer 400 invalid_request
-DECISIONS = ("PERMIT", "DENY", "SILENCE", UNGOVERNED, INVALID_REQUEST)
+DECISIONS = ("PERMIT", "DENY", "SILENCE", "ESCALATE", UNGOVERNED, INVALID_REQUEST)
 
 _FILE_FIELDS = {"now", "org", "cases"}
 _CASE_FIELDS = {"name", "now", "org", "request", "expect", "description"}
