@@ -102,3 +102,28 @@ def test_every_listed_command_loads_and_shows_its_help(name: str) -> None:
 def test_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["serv"])
     assert result.exit_code == 2
+
+
+def test_policy_check_imports_no_server_module() -> None:
+    policy = VECTORS.parents[1] / "examples" / "policies" / "deploys.yaml"
+    status, modules = imported_by("policy", "check", str(policy))
+    assert status == 0
+    # The policy engine (and CEL) is what it checks with; the server is not.
+    beyond_the_engine = [
+        m for m in server_modules(modules) if not m.startswith(("execauth.policy", "cel"))
+    ]
+    assert beyond_the_engine == []
+
+
+READ_COMMANDS = [
+    ("org", "list"), ("org", "show"), ("key", "list"), ("policy", "list"), ("policy", "show"),
+    ("policy", "test"), ("policy", "eval"), ("usage", "show"),
+    ("signing-keys", "list"), ("verify",), ("audit", "verify"), ("replay",),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
+def test_every_read_command_takes_json(command: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "--json" in result.stdout
