@@ -61,7 +61,8 @@ def spawn_service(
             [EXECAUTH, "serve", "--port", str(port), "--workers", str(workers)], env=dict(env),
             cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-    deadline = time.monotonic() + 30
+    # Generous: a loaded 2-core machine takes tens of seconds to start N worker processes.
+    deadline = time.monotonic() + 90
     while not ready(url):
         if time.monotonic() > deadline or process.poll() is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -10,7 +10,7 @@ from types import TracebackType
 class WebhookReceiver:
     """Records each POST (headers, body); can answer 500 for a while, or hold requests."""
 
-    def __init__(self, *, hang: bool = False) -> None:
+    def __init__(self, *, hang: bool = False, port: int = 0) -> None:
         self.requests: list[tuple[dict[str, str], bytes]] = []  # the acknowledged ones
         self.attempts = 0  # every POST, answered 500 or not
         self._failures = 0
@@ -43,9 +43,10 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: object) -> None:
                 pass  # keep test output clean
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        self.port: int = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def fail_next(self, count: int) -> None:
