@@ -68,6 +68,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "execauth.cli.audit:export", "Write an organization's offline audit bundle."
     ),
     "audit": LazyCommand("execauth.cli.audit:app", "Check audit bundles offline."),
+    "mcp": LazyCommand(
+        "execauth.cli.mcp_gateway:mcp_gateway",
+        "Gate an MCP server's tool calls for an agent.",
+        {"allow_interspersed_args": False},
+    ),
 }
 
 

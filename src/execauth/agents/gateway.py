@@ -1,0 +1,148 @@
+"""The MCP server an agent talks to, in front of the MCP server that does the work.
+
+Every ``tools/call`` is first an execute on the service: the tool's surface
+(``tool_map``), the agent's actor, the call's arguments as ``payload`` and what the tool
+says about itself (its name, its server, its ``readOnlyHint`` and ``destructiveHint``)
+as ``context``. The call reaches the upstream server only under a PERMIT that
+``execauth_client`` verified offline and ``permit.admit`` accepted; the receipt id goes
+into the result's ``_meta``. Anything else — DENY, SILENCE, ESCALATE, an error, a
+receipt that does not verify — is a tool error naming the reason code, and the
+upstream server is never called (docs/agents.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from execauth_client import AsyncClient, ExecauthError, NotPermitted, Receipt
+from mcp import Client as UpstreamClient
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from execauth.agents.permit import CallRefused, ToolCall, admit
+from execauth.agents.tool_map import ToolMap
+
+RECEIPT_ID_META = "execauth/receipt_id"
+DECISION_META = "execauth/decision"
+# Approvals (ESCALATE) are not part of this gateway yet: such a call is refused.
+ESCALATE = "ESCALATE"
+
+Admit = Callable[[Receipt, ToolCall], Awaitable[Receipt]]
+
+
+def tool_context(server: str, tool: types.Tool | None, name: str) -> dict[str, Any]:
+    """What the policy sees in ``context`` about the tool being called.
+
+    MCP's defaults apply when the server says nothing: a tool is not read-only and is
+    destructive unless it says otherwise, so a policy that escalates or denies
+    destructive tools also covers a server that does not annotate them. An unknown tool
+    (not in the server's listing) is treated the same way.
+    """
+    hints = tool.annotations if tool is not None else None
+    read_only = bool(hints and hints.read_only_hint)
+    destructive = not read_only and (
+        hints is None or hints.destructive_hint is None or hints.destructive_hint
+    )
+    return {
+        "server": server,
+        "tool": name,
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+    }
+
+
+def refusal(code: str, message: str, receipt: Receipt | None = None) -> types.CallToolResult:
+    """A tool error the agent can read: the tool was not called, and why."""
+    meta: dict[str, Any] = {DECISION_META: receipt.decision if receipt else "ERROR"}
+    if receipt is not None:
+        meta[RECEIPT_ID_META] = receipt.receipt_id
+    text = f"execauth refused this call ({code}): {message}. The tool was not called."
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True, _meta=meta)
+
+
+@dataclass(slots=True)
+class Gateway:
+    """One agent connection's gateway: the upstream MCP client, the execauth client, and how
+    tools map to surfaces. ``hidden`` names the tools ``tools/list`` leaves out."""
+
+    upstream: UpstreamClient
+    execauth: AsyncClient
+    server: str
+    actor: str
+    tool_map: ToolMap
+    hidden: Callable[[str], bool] = lambda surface: False
+    admit: Admit = admit
+    _tools: dict[str, types.Tool] = field(default_factory=dict, init=False)
+
+    async def upstream_tools(self) -> list[types.Tool]:
+        """Every tool the upstream server lists (all pages); remembered for their hints."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await self.upstream.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self._tools = {tool.name: tool for tool in tools}
+        return tools
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        """The upstream tools, without those whose surface ``hidden`` says is always denied."""
+        tools = await self.upstream_tools()
+        shown = [
+            t for t in tools if not self.hidden(self.tool_map.surface_for(self.server, t.name))
+        ]
+        return types.ListToolsResult(tools=shown)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Decide, then call upstream only under an admitted PERMIT."""
+        arguments = dict(params.arguments or {})
+        if params.name not in self._tools:
+            await self.upstream_tools()  # a tool listed after our last look, or none
+        call = ToolCall(
+            self.tool_map.surface_for(self.server, params.name), self.actor, params.name, arguments
+        )
+        try:
+            receipt = await self.decide(call)
+        except CallRefused as refused:
+            return refusal(refused.code, refused.message, refused.receipt)
+        result = await self.upstream.call_tool(params.name, arguments)
+        meta = dict(result.meta or {}) | {
+            RECEIPT_ID_META: receipt.receipt_id,
+            DECISION_META: receipt.decision,
+        }
+        return result.model_copy(update={"meta": meta})
+
+    async def decide(self, call: ToolCall) -> Receipt:
+        """The admitted PERMIT for ``call``, or ``CallRefused``: never a PERMIT by default."""
+        context = tool_context(self.server, self._tools.get(call.tool), call.tool)
+        try:
+            receipt = await self.execauth.require_permit(
+                call.surface, actor=call.actor, context=context, payload=call.arguments
+            )
+        except NotPermitted as refused:
+            decided = refused.receipt
+            if decided.decision == ESCALATE:
+                raise CallRefused(
+                    ESCALATE, "the policy asks for an approval, which this gateway cannot wait for",
+                    decided,
+                ) from refused  # fmt: skip
+            code = decided.policy_reason or decided.reason_code or decided.decision
+            raise CallRefused(
+                code, f"{decided.decision}: {decided.message or 'no message'}", decided
+            ) from refused
+        except ExecauthError as failed:  # unreachable, 4xx/5xx, a receipt that does not verify
+            raise CallRefused(failed.code or "EXECAUTH_ERROR", str(failed)) from failed
+        return await self.admit(receipt, call)
+
+    def mcp_server(self, name: str = "execauth-mcp-gateway") -> Server[Any]:
+        """The agent-facing MCP server (low-level SDK server: the tools are the upstream's)."""
+        return Server(name, on_list_tools=self.list_tools, on_call_tool=self.call_tool)
