@@ -3,6 +3,10 @@
 The gateway accepts variants A–D of spec §2.1 at once (DESIGN.md §2); this module
 turns the decoded JSON body and the ``Idempotency-Key`` header into an
 ``ExecuteRequest`` or raises ``InvalidRequest`` naming the offending field.
+
+Over HTTP the body was already refused at the door (``api.wire.read_json_body``) if it
+repeats an object key or holds U+0000 in any string, which PostgreSQL cannot store: no
+request reaching evaluation can fail to be stored (docs/decisions.md, "Bad input").
 """
 
 from __future__ import annotations
