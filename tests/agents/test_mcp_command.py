@@ -1,0 +1,103 @@
+"""``execauth mcp`` as an agent's MCP client configuration runs it: a real process between a
+real MCP client session and tools_server.py, in front of a real ``execauth serve``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from execauth.agents.gateway import RECEIPT_ID_META
+from tests.agents.conftest import ACTOR, AGENT_POLICY, TOOLS_SERVER, received
+from tests.cli.conftest import RunningService, service
+
+__all__ = ["service"]
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+EXECAUTH = str(Path(sys.executable).parent / "execauth")
+
+
+@pytest.fixture(scope="module")
+def api_key(service: RunningService) -> str:
+    admin = {"Authorization": f"Bearer {service.admin_token}"}
+    org = httpx.post(f"{service.url}/console/v1/orgs", json={"name": "Agents"}, headers=admin)
+    org_id = org.json()["org_id"]
+    key = httpx.post(
+        f"{service.url}/console/v1/orgs/{org_id}/keys", json={"name": "mcp"}, headers=admin
+    )
+    published = httpx.put(
+        f"{service.url}/console/v1/orgs/{org_id}/policies/agent",
+        content=AGENT_POLICY,
+        headers=admin,
+    )
+    assert published.status_code == 201, published.text
+    api_key: str = key.json()["api_key"]
+    return api_key
+
+
+def gateway_command(service: RunningService, api_key: str, calls: Path) -> StdioServerParameters:
+    """What an MCP client configuration file says: run ``execauth mcp -- python server.py``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    env |= {
+        "EXECAUTH_URL": service.url,
+        "EXECAUTH_API_KEY": api_key,
+        "TOOLS_SERVER_CALLS": str(calls),
+    }
+    return StdioServerParameters(
+        command=EXECAUTH,
+        args=[
+            "mcp",
+            "--actor",
+            ACTOR,
+            "--server",
+            "files",
+            "--",
+            sys.executable,
+            str(TOOLS_SERVER),
+        ],
+        env=env,
+    )
+
+
+async def test_the_command_lets_a_permitted_call_through_and_refuses_a_denied_one(
+    service: RunningService, api_key: str, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls.jsonl"
+    async with Client(gateway_command(service, api_key, calls)) as agent:
+        permitted = await agent.call_tool("read_file", {"path": "README.md"})
+        denied = await agent.call_tool("transfer", {"amount": 5000, "currency": "EUR"})
+    assert not permitted.is_error
+    assert permitted.meta is not None
+    assert permitted.meta[RECEIPT_ID_META].startswith("service_rcpt_")
+    assert denied.is_error
+    assert isinstance(denied.content[0], types.TextContent)
+    assert "SERVICE_POLICY_AMOUNT_TOO_LARGE" in denied.content[0].text
+    assert received(calls) == [{"tool": "read_file", "arguments": {"path": "README.md"}}]
+
+
+def test_the_command_without_an_api_key_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    done = subprocess.run(
+        [EXECAUTH, "mcp", "--actor", ACTOR, "--", sys.executable, str(TOOLS_SERVER)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "EXECAUTH_API_KEY" in done.stderr
+
+
+def test_the_command_without_an_actor_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    done = subprocess.run(
+        [EXECAUTH, "mcp", "--", sys.executable, str(TOOLS_SERVER)],
+        env=env | {"EXECAUTH_API_KEY": "service_live_x"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--actor" in done.stderr
