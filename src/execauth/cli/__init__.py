@@ -68,6 +68,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "execauth.cli.audit:export", "Write an organization's offline audit bundle."
     ),
     "audit": LazyCommand("execauth.cli.audit:app", "Check audit bundles offline."),
+    "subscription": LazyCommand(
+        "execauth.cli.subscriptions:app", "Stream decisions to a webhook or JetStream."
+    ),
     "mcp": LazyCommand(
         "execauth.cli.mcp_gateway:mcp_gateway",
         "Gate an MCP server's tool calls for an agent.",
