@@ -68,3 +68,11 @@ def test_a_surface_with_a_permit_rule_is_not_hidden(tmp_path: Path) -> None:
 def test_a_surface_the_local_policy_does_not_govern_is_not_hidden(tmp_path: Path) -> None:
     (tmp_path / "p.yaml").write_text(POLICY)
     assert not always_denied_by_files(tmp_path / "p.yaml")("mcp.mail.send")
+
+
+def test_a_surface_with_an_escalate_rule_is_not_hidden(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "surfaces:\n  - match: mcp.files.delete\n    rules:\n"
+        "      - {id: ask, escalate: 'true', approvers: {roles: [admin]}}\n"
+    )
+    assert not always_denied_by_files(tmp_path / "p.yaml")("mcp.files.delete")

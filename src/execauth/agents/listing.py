@@ -2,7 +2,8 @@
 
 "Always denies" is decided from the policy's text, not by asking the service: a surface
 is always denied when the block that governs it (``PolicySet.select``, the service's
-own choice) has no ``permit`` rule, so no request can ever be a PERMIT there. That
+own choice) has only ``deny`` rules: no ``permit`` rule, and no ``escalate`` rule whose
+approval would become one, so no request can ever be a PERMIT there. That
 needs no example request, records no decision, and cannot be wrong about a tool that
 some arguments would allow. Hiding is only a courtesy to the agent: a hidden tool that
 is called anyway still goes through execute and is refused there (docs/decisions.md).
@@ -19,7 +20,7 @@ from execauth.policy.testing import load_policies
 
 
 def always_denied(policies: PolicySet) -> Callable[[str], bool]:
-    """``surface → True`` when the governing block has no permit rule. A surface no block
+    """``surface → True`` when the governing block has only deny rules. A surface no block
     governs is not hidden: the local files may not be all of the organization's policies."""
 
     def denied(surface: str) -> bool:
@@ -27,7 +28,7 @@ def always_denied(policies: PolicySet) -> Callable[[str], bool]:
         if selected is None:
             return False
         _, block = selected
-        return not any(rule.effect == "permit" for rule in block.rules)
+        return all(rule.effect == "deny" for rule in block.rules)
 
     return denied
 

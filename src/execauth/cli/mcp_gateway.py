@@ -56,7 +56,7 @@ def mcp_gateway(
         Path | None,
         typer.Option(
             help="Policy file or directory: leave out of tools/list the tools whose "
-            "surface has no permit rule there (calls are still decided by the service).",
+            "surface has only deny rules there (calls are still decided by the service).",
             exists=True,
         ),
     ] = None,
