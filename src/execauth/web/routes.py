@@ -20,6 +20,7 @@ from execauth.web.console import console_pages
 from execauth.web.manage import manage_pages
 from execauth.web.public import site_pages
 from execauth.web.rendering import STATIC_PREFIX, Renderer, page_route
+from execauth.web.streams import stream_pages
 
 
 def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseRoute]:
@@ -46,4 +47,5 @@ def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseR
         auth = ConsoleAuth(service, renderer)
         routes += console_pages(service, renderer, auth)
         routes += manage_pages(service, renderer, auth)
+        routes += stream_pages(service, renderer, auth)
     return routes

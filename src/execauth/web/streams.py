@@ -1,0 +1,71 @@
+"""The console's Streams page: each decision-stream subscription, its lag and its state.
+
+Admins may pause a subscription or resume it (after a pause or a dead letter); auditors
+see the same page read-only. Creating one stays with the API and the CLI, which can
+show a webhook's secret once where it is about to be stored (docs/observability.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from execauth.api.subscription_routes import subscription_view
+from execauth.errors import NotFound
+from execauth.service import ExecutionService
+from execauth.store.subscriptions import ACTIVE, PAUSED, SubscriptionStore
+from execauth.tenancy.audit import AuditEvent, key_actor
+from execauth.web.auth import WRITERS, ConsoleAuth, Operator
+from execauth.web.rendering import Renderer, page_route
+
+
+def stream_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
+    store = SubscriptionStore(service.runtime.engine)
+
+    @auth.page()
+    async def streams(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+        org_id = operator.org.org_id
+        found = await anyio.to_thread.run_sync(store.list_for_org, org_id)
+        log_size = await anyio.to_thread.run_sync(store.log_size, org_id)
+        context: dict[str, Any] = {
+            "operator": operator,
+            "path": request.url.path,
+            "streams": [subscription_view(s, log_size) for s in found],
+            "log_size": log_size,
+        }
+        return renderer.page("streams.html", context)
+
+    def set_state(state: str, action: str) -> Any:
+        @auth.page(WRITERS)
+        async def change(request: Request, operator: Operator, form: dict[str, str]) -> Response:
+            subscription_id = request.path_params["subscription_id"]
+            now = service.clock()
+            audit = AuditEvent(
+                operator.org.org_id, now, key_actor(operator.key.key_id), action, subscription_id
+            )
+            changed = await anyio.to_thread.run_sync(
+                lambda: store.set_state(operator.org.org_id, subscription_id, state, now, audit)
+            )
+            if not changed:
+                raise NotFound("no such subscription in this organization")
+            return RedirectResponse("/console/streams", 303)
+
+        return change
+
+    return [
+        page_route("/console/streams", streams, "GET"),
+        page_route(
+            "/console/streams/{subscription_id}/pause",
+            set_state(PAUSED, "subscription.paused"),
+            "POST",
+        ),
+        page_route(
+            "/console/streams/{subscription_id}/resume",
+            set_state(ACTIVE, "subscription.resumed"),
+            "POST",
+        ),
+    ]
