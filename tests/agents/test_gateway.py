@@ -203,3 +203,23 @@ async def test_a_hidden_tool_called_anyway_is_still_refused_by_the_service(
     assert result.is_error
     assert "SERVICE_POLICY_DESTRUCTIVE_TOOL" in text(result)
     assert session.received() == []
+
+
+ESCALATE_POLICY = """\
+surfaces:
+  - match: mcp.files.delete_everything
+    rules:
+      - id: a-person-decides
+        escalate: context.destructiveHint
+"""
+
+
+async def test_a_call_the_policy_escalates_never_reaches_the_server(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    tenant = await make_tenant(client, policy=ESCALATE_POLICY)
+    async with gateway_session(client, tenant.api_key, tmp_path) as session:
+        result = await session.agent.call_tool("delete_everything", {"confirm": True})
+    assert result.is_error
+    assert "ESCALATE" in text(result)
+    assert session.received() == []
