@@ -15,6 +15,7 @@ from typing import Any
 import anyio.to_thread
 
 from execauth.errors import InternalError, InvalidRequest, NotFound
+from execauth.pacing import Pacer
 from execauth.policy.decision import PolicyRef
 from execauth.policy.document import parse_policy_data, parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy
@@ -156,9 +157,11 @@ class ReplayService:
             raise InvalidRequest("since must be before until")
         filters = ExecutionFilters(since=since, until=until)
         seen = 0
+        pace = Pacer()  # this runs in a thread beside the event loop: share the GIL
         while True:
             page = self._runtime.executions.page(org_id, filters, limit=PAGE)
             for record in page:
+                pace()
                 seen += 1
                 if seen > MAX_RANGE_EXECUTIONS:
                     raise InvalidRequest(
