@@ -79,6 +79,13 @@ class IdempotencyConflict(ExecauthError):
     status = 409
 
 
+class ApprovalClosed(ExecauthError):
+    """The approval is already final (approved, rejected, expired) or this key already voted."""
+
+    code = "approval_closed"
+    status = 409
+
+
 class PayloadTooLarge(ExecauthError):
     code = "payload_too_large"
     status = 413

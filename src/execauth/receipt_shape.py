@@ -23,7 +23,7 @@ from typing import Any
 
 from execauth.wire_time import parse_timestamp
 
-DECISIONS = ("PERMIT", "DENY", "SILENCE")
+DECISIONS = ("PERMIT", "DENY", "SILENCE", "ESCALATE")
 _FORMATS = {
     "receipt_id": re.compile(r"^service_rcpt_[0-9a-f]{16}\Z"),
     "execution_id": re.compile(r"^service_exec_[0-9A-HJKMNP-TV-Z]{26}\Z"),
@@ -33,16 +33,27 @@ _FORMATS = {
     "receiptHash": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
     "request_digest": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
     "policy_hash": re.compile(r"^sha256:[0-9a-f]{64}\Z"),
+    "approval_id": re.compile(r"^service_appr_[0-9A-HJKMNP-TV-Z]{26}\Z"),
+    "escalation_receipt_id": re.compile(r"^service_rcpt_[0-9a-f]{16}\Z"),
 }
 # A reason code of any value, as long as it looks like one: upper-case words joined
 # by underscores (POLICY_VIOLATION, SERVICE_POLICY_WRONG_BRANCH).
 _CODE = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*\Z")
 _CODE_MAX = 128
 _TEXT_FIELDS = ("surface", "action", "actor", "org_id", "issuer", "policy_id", "message")
-_ENFORCEMENT = {"PERMIT": "EXECUTED", "DENY": "BLOCKED", "SILENCE": "BLOCKED"}
+_ENFORCEMENT = {
+    "PERMIT": "EXECUTED",
+    "DENY": "BLOCKED",
+    "SILENCE": "BLOCKED",
+    "ESCALATE": "BLOCKED",  # nothing runs until the approval's PERMIT (docs/approvals.md)
+}
 # The values spec §2.2 shows; strict mode holds a receipt to them, as this service
 # always sends them (the detailed code travels in reasonCode).
-_SHOWN_REASON = {"DENY": "POLICY_VIOLATION", "SILENCE": "INDETERMINATE_EVALUATION"}
+_SHOWN_REASON = {
+    "DENY": "POLICY_VIOLATION",
+    "SILENCE": "INDETERMINATE_EVALUATION",
+    "ESCALATE": "APPROVAL_REQUIRED",
+}
 _STRICT_REQUIRED = ("receipt_id", "enforcement", "surface", "signature", "key_id")
 
 
@@ -74,6 +85,8 @@ def check_receipt_shape(receipt: Any, *, strict: bool = False) -> ShapeVerdict:
     _check_reason_code(receipt, decision, errors, warnings, strict=strict)
     _check_forms(receipt, errors)
     _check_signature_fields(receipt, errors, warnings)
+    if decision == "ESCALATE" and "approval_id" not in receipt:
+        errors.append("an ESCALATE must carry approval_id (what to follow for the outcome)")
     if strict:
         errors += [f"missing field {name!r}" for name in _STRICT_REQUIRED if name not in receipt]
     return ShapeVerdict(tuple(errors), tuple(warnings))
@@ -85,7 +98,7 @@ def _decision(receipt: dict[str, Any], errors: list[str]) -> str | None:
         return None
     decision = receipt["decision"]
     if decision not in DECISIONS:
-        errors.append(f"decision {decision!r} is not PERMIT, DENY or SILENCE")
+        errors.append(f"decision {decision!r} is not PERMIT, DENY, SILENCE or ESCALATE")
         return None
     return str(decision)
 

@@ -25,6 +25,12 @@ from execauth.wire_time import format_timestamp
 
 RECEIPT_ID_PREFIX = "service_rcpt_"
 EXECUTION_ID_PREFIX = "service_exec_"
+APPROVAL_ID_PREFIX = "service_appr_"
+# Fields an outcome receipt copies from the ESCALATE receipt it answers: the same request.
+_LINKED_FIELDS = (
+    "surface", "action", "actor", "org_id", "issuer", "policy_id", "policy_version",
+    "policy_hash", "rule_id",
+)  # fmt: skip
 
 
 class Signer(Protocol):
@@ -44,6 +50,15 @@ def new_execution_id(now: datetime) -> str:
     """A ULID: 48 bits of milliseconds since the epoch, then 80 random bits."""
     millis = int(now.timestamp() * 1000)
     return EXECUTION_ID_PREFIX + str(ULID.from_bytes(millis.to_bytes(6, "big") + random_bytes(10)))
+
+
+def approval_id_for(execution_id: str) -> str:
+    """The approval an ESCALATE execution opens: one per execution, named after it."""
+    return APPROVAL_ID_PREFIX + execution_id.removeprefix(EXECUTION_ID_PREFIX)
+
+
+def execution_id_for(approval_id: str) -> str:
+    return EXECUTION_ID_PREFIX + approval_id.removeprefix(APPROVAL_ID_PREFIX)
 
 
 def signing_payload(receipt: Mapping[str, Any]) -> bytes:
@@ -89,9 +104,63 @@ def build_receipt(
         receipt["reason_code"] = decision.reason_category
         receipt["reasonCode"] = decision.reason
         receipt["message"] = decision.message
+    if decision.outcome is Outcome.ESCALATE:
+        assert decision.escalation is not None  # the engine always sets it on ESCALATE
+        approval_id = approval_id_for(execution_id)
+        wait = timedelta(seconds=decision.escalation.approval_ttl_seconds)
+        receipt["approval_id"] = approval_id
+        receipt["approval_expires_at"] = format_timestamp(now + wait)
+        receipt["approval_quorum"] = decision.escalation.quorum
+        receipt["approval_url"] = f"{issuer.rstrip('/')}/v1/approvals/{approval_id}"
     if request.idempotency_key is not None:
         receipt["request_id"] = request.idempotency_key
     receipt["request_digest"] = request.digest
+    receipt["key_id"] = key_id
+    return receipt
+
+
+def build_outcome_receipt(
+    escalation: Mapping[str, Any],
+    *,
+    receipt_id: str,
+    execution_id: str,
+    outcome: str,
+    approvers: list[dict[str, Any]],
+    now: datetime,
+    permit_ttl_seconds: int,
+    key_id: str,
+) -> dict[str, Any]:
+    """The final answer to an ESCALATE receipt (docs/approvals.md): ``outcome`` is
+    ``approved`` (a PERMIT), ``rejected`` or ``expired`` (a DENY), linked to it by
+    ``approval_id`` and ``escalation_receipt_id`` and naming who approved, and when."""
+    permitted = outcome == "approved"
+    receipt: dict[str, Any] = {
+        "receipt_id": receipt_id,
+        "execution_id": execution_id,
+        "decision": "PERMIT" if permitted else "DENY",
+        "enforcement": "EXECUTED" if permitted else "BLOCKED",
+    }
+    for name in _LINKED_FIELDS[:4]:
+        if name in escalation:
+            receipt[name] = escalation[name]
+    receipt["issuer"] = escalation["issuer"]
+    receipt["timestamp"] = format_timestamp(now)
+    if permitted:
+        receipt["expires_at"] = format_timestamp(now + timedelta(seconds=permit_ttl_seconds))
+    for name in _LINKED_FIELDS[5:]:
+        receipt[name] = escalation[name]
+    if not permitted:
+        reason = "SERVICE_POLICY_APPROVAL_" + ("REJECTED" if outcome == "rejected" else "EXPIRED")
+        receipt["reason_code"] = "POLICY_VIOLATION"
+        receipt["reasonCode"] = reason
+        receipt["message"] = f"approval {escalation['approval_id']} was {outcome}"
+    receipt["approval_id"] = escalation["approval_id"]
+    receipt["approval_outcome"] = outcome
+    receipt["escalation_receipt_id"] = escalation["receipt_id"]
+    receipt["approvers"] = approvers
+    if "request_id" in escalation:
+        receipt["request_id"] = escalation["request_id"]
+    receipt["request_digest"] = escalation["request_digest"]
     receipt["key_id"] = key_id
     return receipt
 

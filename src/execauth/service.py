@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import anyio.to_thread
 import msgspec
 
+from execauth.approvals import State, Terms, Vote
 from execauth.errors import (
     Forbidden,
     IdempotencyConflict,
@@ -25,10 +26,12 @@ from execauth.errors import (
     SurfaceNotFound,
     Unauthorized,
 )
-from execauth.policy.decision import PolicyRef
+from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
 from execauth.receipts import (
+    approval_id_for,
+    build_outcome_receipt,
     build_receipt,
     new_execution_id,
     new_receipt_id,
@@ -37,6 +40,7 @@ from execauth.receipts import (
 from execauth.request import ExecuteRequest
 from execauth.runtime import Runtime
 from execauth.shared_generation import GenerationWatch, SharedGeneration
+from execauth.store.approvals import Approval, ApprovalStore
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
@@ -182,6 +186,7 @@ class ExecutionService:
             prefix="execauth",
             processes=runtime.settings.workers,
         )
+        self.approvals = ApprovalStore(runtime.engine)
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key (spec §5)."""
@@ -247,6 +252,16 @@ class ExecutionService:
         )
         receipt, _payload = sign_receipt(unsigned, signer)
         body = msgspec.json.encode(receipt)
+        stored_input: dict[str, object] = {
+            "request": evaluation_input,
+            "org": org_facts,
+            "now": format_timestamp(now),
+        }
+        if decision.outcome is Outcome.ESCALATE:
+            assert decision.escalation is not None
+            # The approval's terms, kept with the execution (docs/approvals.md).
+            stored_input["approval"] = {"requester_key_id": key.key_id,
+                                        **decision.escalation.as_json()}  # fmt: skip
         record = ExecutionRecord(
             execution_id=receipt["execution_id"],
             receipt_id=receipt["receipt_id"],
@@ -261,9 +276,7 @@ class ExecutionService:
             rule_id=decision.rule_id,
             reason=decision.reason,
             decided_at_ms=int(now.timestamp() * 1000),
-            evaluation_input=msgspec.json.encode(
-                {"request": evaluation_input, "org": org_facts, "now": format_timestamp(now)}
-            ).decode(),
+            evaluation_input=msgspec.json.encode(stored_input).decode(),
             receipt=body,
         )
         prior = await self.runtime.writer.write(record, quota_for(plan, now))
@@ -293,4 +306,60 @@ class ExecutionService:
         await anyio.to_thread.run_sync(
             self.runtime.executions.record_repeat, org_id, prior.execution_id, self.clock()
         )
+        if prior.decision == Outcome.ESCALATE.value:
+            # The current state: the ESCALATE while pending, else its outcome receipt.
+            approval = await self.approval(org_id, approval_id_for(prior.execution_id))
+            if approval.outcome_receipt is not None:
+                decision = "PERMIT" if approval.state == "approved" else "DENY"
+                return ExecuteResult(approval.outcome_receipt, decision, repeated=True)
         return ExecuteResult(prior.receipt, prior.decision, repeated=True)
+
+    async def approval(self, org_id: str, approval_id: str) -> Approval:
+        """The approval as of now (an expired one settled first: docs/approvals.md)."""
+        return await anyio.to_thread.run_sync(
+            self.approvals.settle, org_id, approval_id, self.clock(), self.issue_outcome
+        )
+
+    def issue_outcome(
+        self, escalation: dict[str, object], state: State, votes: list[Vote], now: datetime
+    ) -> ExecutionRecord:
+        """Sign the final receipt of an approval; the store inserts it with the state change."""
+        now = truncate_to_millis(now)
+        signer = self.runtime.keyring.signer(now)
+        execution = self.runtime.executions.get(str(escalation["org_id"]),
+                                                str(escalation["execution_id"]))  # fmt: skip
+        if execution is None:
+            raise InternalError("an approval's ESCALATE execution is gone")
+        stored = msgspec.json.decode(execution.evaluation_input)
+        terms = Terms.from_stored(stored["approval"], escalation)
+        approvers = (
+            [v.as_json() for v in votes if v.vote == "approve"] if state == "approved" else []
+        )
+        unsigned = build_outcome_receipt(
+            escalation,
+            receipt_id=new_receipt_id(),
+            execution_id=new_execution_id(now),
+            outcome=state,
+            approvers=approvers,
+            now=now,
+            permit_ttl_seconds=terms.permit_ttl_seconds,
+            key_id=signer.key_id,
+        )
+        receipt, _payload = sign_receipt(unsigned, signer)
+        return ExecutionRecord(
+            execution_id=receipt["execution_id"],
+            receipt_id=receipt["receipt_id"],
+            org_id=execution.org_id,
+            idempotency_key=None,  # the ESCALATE holds the key; a repeat finds this through it
+            request_digest=receipt["request_digest"],
+            surface=execution.surface,
+            actor=execution.actor,
+            decision=receipt["decision"],
+            policy_id=execution.policy_id,
+            policy_version=execution.policy_version,
+            rule_id=execution.rule_id,
+            reason=receipt.get("reasonCode"),
+            decided_at_ms=int(now.timestamp() * 1000),
+            evaluation_input=execution.evaluation_input,
+            receipt=msgspec.json.encode(receipt),
+        )

@@ -13,7 +13,10 @@ reads no clock (the caller passes ``now``) and touches no network. A receipt is
 5. ``receiptHash`` is SHA-256 of that same payload.
 
 A PERMIT is *usable* only while ``now < expires_at``; expiry is reported apart
-from authenticity.
+from authenticity. An ESCALATE is authentic or not like any other decision, and never
+usable: it names an ``approval_id`` whose outcome is a receipt of its own. An outcome
+receipt (``approval_id`` with ``approval_outcome``) lists its approvers; since they are
+signed, the verdict reports them (docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from execauth.receipt_format import SIGNATURE_PREFIX, UNSIGNED_FIELDS
 from execauth.wire_time import parse_timestamp
 
 KEY_ID_PREFIX = "service_key_"
-DECISIONS = frozenset({"PERMIT", "DENY", "SILENCE"})
+DECISIONS = frozenset({"PERMIT", "DENY", "SILENCE", "ESCALATE"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,8 @@ class Verdict:
     key_id: str | None = None
     decision: str | None = None
     expired: bool = False
+    approval_id: str | None = None  # an ESCALATE, or the outcome of one
+    approvers: tuple[str, ...] = ()  # key ids that approved (an approval's PERMIT)
 
     @property
     def usable(self) -> bool:
@@ -182,8 +187,37 @@ def verify_receipt(
             expired = now >= parse_timestamp(receipt["expires_at"])
         except (KeyError, ValueError, TypeError):
             return fail("malformed_receipt", "PERMIT receipt has no valid expires_at")
+    approval_id = receipt.get("approval_id")
+    if decision == "ESCALATE" and not isinstance(approval_id, str):
+        return fail("malformed_receipt", "ESCALATE receipt has no approval_id")
+    approvers = _approvers(receipt.get("approvers"))
+    if approvers is None:
+        return fail("malformed_receipt", "approvers is not a list of {key_id, …} objects")
     detail = "signature valid" + ("; PERMIT has expired" if expired else "")
-    return Verdict(True, "valid", detail, key_id, decision, expired)
+    if approvers:
+        detail += "; approved by " + ", ".join(approvers)
+    return Verdict(
+        True,
+        "valid",
+        detail,
+        key_id,
+        decision,
+        expired,
+        approval_id if isinstance(approval_id, str) else None,
+        approvers,
+    )
+
+
+def _approvers(value: object) -> tuple[str, ...] | None:
+    """The approving key ids of an outcome receipt; ``None`` when the field is malformed."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return None
+    ids = [entry.get("key_id") for entry in value if isinstance(entry, dict)]
+    if len(ids) != len(value) or not all(isinstance(i, str) for i in ids):
+        return None
+    return tuple(str(i) for i in ids)
 
 
 def unmet_expectations(

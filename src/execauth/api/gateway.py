@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from execauth.api.approval_routes import approval_routes
 from execauth.api.wire import (
     json_response,
     profile_headers,
@@ -25,7 +26,8 @@ from execauth.request import parse_execute_request
 from execauth.service import ExecutionService
 from execauth.verify import parse_key_list, verify_receipt
 
-PROFILE_B_STATUS = {"PERMIT": 200, "DENY": 403, "SILENCE": 422}
+# ESCALATE: 202 Accepted, the request is held for approval (docs/approvals.md).
+PROFILE_B_STATUS = {"PERMIT": 200, "DENY": 403, "SILENCE": 422, "ESCALATE": 202}
 PUBLIC_CACHE = {
     "Cache-Control": f"public, max-age={KEY_LIST_CACHE_TTL}",
     "Access-Control-Allow-Origin": "*",
@@ -136,6 +138,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        *approval_routes(service, "gateway"),
     ]
 
 

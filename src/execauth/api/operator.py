@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from execauth.api.approval_routes import approval_routes
 from execauth.api.history import audit_page, executions_page
 from execauth.api.key_routes import KeyHandlers
 from execauth.api.pagination import month_param
@@ -126,4 +127,5 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
             write_streams.pause,
             methods=["POST"],
         ),
+        *approval_routes(service, "operator"),
     ]

@@ -197,7 +197,7 @@ def _gate(
     if receipt_file is not None:
         _write(receipt_file, answer.raw)
     if answer.decision != "PERMIT":
-        raise Refused(DECISION_STATUS[answer.decision], _describe_block(answer))
+        raise Refused(DECISION_STATUS.get(answer.decision, EX_NOPERM), _describe_block(answer))
 
     typer.echo(
         f"execauth gate: PERMIT {answer.receipt_id} (policy {answer.receipt.get('policy_id')} "

@@ -122,6 +122,8 @@ def verify(
                     "decision": verdict.decision,
                     "key_id": verdict.key_id,
                     "expired": verdict.expired,
+                    "approval_id": verdict.approval_id,
+                    "approvers": list(verdict.approvers),
                     "mismatches": mismatches,
                 }
             )

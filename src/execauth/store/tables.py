@@ -258,3 +258,30 @@ subscriptions = Table(
     Column("delivered_at", UTCDateTime, nullable=True),
     Index("ix_subscriptions_org_id", "org_id"),
 )
+
+# Human approval of ESCALATE decisions (docs/approvals.md). The row is created at the first
+# vote or expiry, locked for every change after it; its outcome receipt is an execution.
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", String(64), primary_key=True),
+    Column("org_id", String(64), nullable=False),
+    Column("execution_id", String(64), nullable=False, unique=True),  # the ESCALATE
+    Column("state", String(16), nullable=False),  # pending | approved | rejected | expired
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Column("outcome_execution_id", String(64), nullable=True),  # the final receipt's execution
+    Index("ix_approvals_org_state", "org_id", "state"),
+)
+
+approval_votes = Table(
+    "approval_votes",
+    metadata,
+    Column("approval_id", String(64), primary_key=True),
+    Column("approver_key_id", String(64), primary_key=True),  # each key counts once
+    Column("org_id", String(64), nullable=False),
+    Column("vote", String(8), nullable=False),  # approve | reject
+    Column("actor", String(256), nullable=True),  # the person, as the approver named them
+    Column("reason", Text, nullable=False),
+    Column("voted_at", UTCDateTime, nullable=False),
+)

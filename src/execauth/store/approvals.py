@@ -1,0 +1,298 @@
+"""Approvals of ESCALATE executions, stored (docs/approvals.md).
+
+Every change happens in one transaction that holds the approval's lock: SQLite's
+``BEGIN IMMEDIATE`` under the receipt writer's ``WriterLock`` (one writer at a time,
+across processes), PostgreSQL's ``SELECT … FOR UPDATE`` on the approval row (two
+instances serialize on it). Inside it the votes are read, the rules of
+``execauth.approvals`` applied, the vote inserted and, when the approval becomes final,
+its outcome receipt inserted as an execution (``insert_execution``: the path of every
+receipt, so the sequencer puts it in the org's log and streaming delivers it) — all
+committed together or not at all. So a quorum issues exactly one PERMIT, and nothing
+acknowledged is lost.
+
+Expiry is settled lazily: the first read, repeat or vote at or after ``expires_at``
+issues the expiry receipt (docs/decisions.md, 2026-11-24).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from sqlalchemy import Connection, Engine, and_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from ulid import ULID
+
+from execauth.approvals import FINAL_STATES, State, Terms, Vote, outcome, refusal
+from execauth.errors import ApprovalClosed, Forbidden, NotFound
+from execauth.receipts import approval_id_for, execution_id_for
+from execauth.store.audit import append_audit, append_lineage
+from execauth.store.database import WriterLock, begin_writing
+from execauth.store.executions import ExecutionRecord, insert_execution
+from execauth.store.tables import approval_votes, approvals, executions
+from execauth.tenancy.audit import AuditEvent, key_actor
+
+# Builds (signs) the outcome receipt's record: (ESCALATE receipt, its record's evaluation
+# input, final state, votes, now) → the record to insert.
+OutcomeIssuer = Callable[[dict[str, Any], State, list[Vote], datetime], ExecutionRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """An approval as the API shows it: what is asked, the votes, the state, the receipts."""
+
+    approval_id: str
+    org_id: str
+    execution_id: str
+    state: State
+    terms: Terms
+    escalation: dict[str, Any]  # the ESCALATE receipt
+    request: dict[str, Any]  # the evaluation input's request: surface, actor, context, …
+    votes: list[Vote] = field(default_factory=list)
+    outcome_receipt: bytes | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.approval_id,
+            "execution_id": self.execution_id,
+            "state": self.state,
+            "surface": self.escalation.get("surface"),
+            "actor": self.escalation.get("actor"),
+            "action": self.escalation.get("action"),
+            "context": self.request.get("context"),
+            "policy_id": self.escalation.get("policy_id"),
+            "policy_version": self.escalation.get("policy_version"),
+            "rule_id": self.escalation.get("rule_id"),
+            "requested_by": self.terms.requester_key_id,
+            "approvers": {"roles": list(self.terms.roles), "keys": list(self.terms.keys)},
+            "quorum": self.terms.quorum,
+            "approvals": sum(1 for v in self.votes if v.vote == "approve"),
+            "votes": [v.as_json() for v in self.votes],
+            "requested_at": self.escalation.get("timestamp"),
+            "expires_at": self.escalation.get("approval_expires_at"),
+            "escalation_receipt": self.escalation,
+            "outcome_receipt": (
+                msgspec.json.decode(self.outcome_receipt) if self.outcome_receipt else None
+            ),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Ballot:
+    key_id: str
+    role: str
+    vote: str  # approve | reject
+    actor: str | None
+    reason: str
+
+
+class ApprovalStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = WriterLock.for_engine(engine)
+
+    def settle(
+        self, org_id: str, approval_id: str, now: datetime, issue: OutcomeIssuer
+    ) -> Approval:
+        """The approval now; an expired one gets its expiry receipt first."""
+        approval, _ = self._change(org_id, approval_id, now, issue, None)
+        return approval
+
+    def vote(
+        self, org_id: str, approval_id: str, ballot: Ballot, now: datetime, issue: OutcomeIssuer
+    ) -> Approval:
+        """Count ``ballot``: ``Forbidden`` if this key may not vote, ``ApprovalClosed`` if the
+        approval is final (an expiry found here is committed before the refusal)."""
+        approval, refused = self._change(org_id, approval_id, now, issue, ballot)
+        if refused is not None:
+            raise refused
+        return approval
+
+    def pending(self, org_id: str, limit: int = 100) -> list[str]:
+        """Ids of the org's ESCALATE executions with no final outcome, oldest first."""
+        final = select(approvals.c.execution_id).where(
+            approvals.c.org_id == org_id, approvals.c.state.in_(FINAL_STATES)
+        )
+        query = (
+            select(executions.c.execution_id)
+            .where(
+                executions.c.org_id == org_id,
+                executions.c.decision == "ESCALATE",
+                executions.c.execution_id.not_in(final),
+            )
+            .order_by(executions.c.decided_at_ms, executions.c.execution_id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [approval_id_for(row[0]) for row in conn.execute(query)]
+
+    def _change(
+        self,
+        org_id: str,
+        approval_id: str,
+        now: datetime,
+        issue: OutcomeIssuer,
+        ballot: Ballot | None,
+    ) -> tuple[Approval, Exception | None]:
+        with self._lock.held(), self.engine.connect() as conn, conn.begin():
+            begin_writing(conn)
+            approval = _locked(conn, org_id, approval_id, now)
+            refused: Exception | None = None
+            counted = False
+            if approval.state == "pending":
+                state = outcome(approval.terms, approval.votes, now)
+                if state == "pending" and ballot is not None:
+                    refused, approval = _count(conn, approval, ballot, now)
+                    counted = refused is None
+                    state = outcome(approval.terms, approval.votes, now)
+                if state != "pending":
+                    approval = _finish(conn, approval, state, now, issue)
+            if ballot is not None and refused is None and not counted:
+                # Final before this vote: a rejection or expiry is never undone.
+                refused = ApprovalClosed(f"approval {approval_id} is {approval.state}")
+            return approval, refused
+
+
+def _locked(conn: Connection, org_id: str, approval_id: str, now: datetime) -> Approval:
+    execution_id = execution_id_for(approval_id)
+    row = (
+        conn.execute(
+            select(executions.c.receipt, executions.c.evaluation_input).where(
+                executions.c.org_id == org_id,
+                executions.c.execution_id == execution_id,
+                executions.c.decision == "ESCALATE",
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFound("no such approval in this organization")
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(
+        dialect.insert(approvals)
+        .values(
+            approval_id=approval_id,
+            org_id=org_id,
+            execution_id=execution_id,
+            state="pending",
+            created_at=now,
+        )
+        .on_conflict_do_nothing()
+    )
+    # FOR UPDATE: a second instance's vote waits here until this transaction ends.
+    state_row = (
+        conn.execute(
+            select(approvals.c.state, approvals.c.outcome_execution_id)
+            .where(approvals.c.approval_id == approval_id)
+            .with_for_update()
+        )
+        .mappings()
+        .one()
+    )
+    receipt = msgspec.json.decode(row["receipt"])
+    stored = json.loads(row["evaluation_input"])
+    outcome_receipt = None
+    if state_row["outcome_execution_id"] is not None:
+        outcome_receipt = conn.execute(
+            select(executions.c.receipt).where(
+                executions.c.execution_id == state_row["outcome_execution_id"]
+            )
+        ).scalar_one()
+    return Approval(
+        approval_id=approval_id,
+        org_id=org_id,
+        execution_id=execution_id,
+        state=state_row["state"],
+        terms=Terms.from_stored(stored["approval"], receipt),
+        escalation=receipt,
+        request=stored.get("request", {}),
+        votes=_votes(conn, approval_id),
+        outcome_receipt=outcome_receipt,
+    )
+
+
+def _votes(conn: Connection, approval_id: str) -> list[Vote]:
+    query = (
+        select(approval_votes)
+        .where(approval_votes.c.approval_id == approval_id)
+        .order_by(approval_votes.c.voted_at, approval_votes.c.approver_key_id)
+    )
+    return [
+        Vote(r["approver_key_id"], r["vote"], r["actor"], r["reason"], r["voted_at"])
+        for r in conn.execute(query).mappings()
+    ]
+
+
+def _count(
+    conn: Connection, approval: Approval, ballot: Ballot, now: datetime
+) -> tuple[Exception | None, Approval]:
+    why = refusal(
+        approval.terms, approval.votes, key_id=ballot.key_id, role=ballot.role, actor=ballot.actor
+    )
+    if why is not None:
+        already = "already voted" in why
+        return (ApprovalClosed(why) if already else Forbidden(why)), approval
+    vote = Vote(ballot.key_id, "approve" if ballot.vote == "approve" else "reject",
+                ballot.actor, ballot.reason, now)  # fmt: skip
+    conn.execute(
+        approval_votes.insert().values(
+            approval_id=approval.approval_id,
+            approver_key_id=vote.key_id,
+            org_id=approval.org_id,
+            vote=vote.vote,
+            actor=vote.actor,
+            reason=vote.reason,
+            voted_at=now,
+        )
+    )
+    _record_step(conn, approval, now, "approval.voted", key_actor(ballot.key_id),
+                 vote.as_json())  # fmt: skip
+    return None, dataclasses.replace(approval, votes=[*approval.votes, vote])
+
+
+def _finish(
+    conn: Connection, approval: Approval, state: State, now: datetime, issue: OutcomeIssuer
+) -> Approval:
+    record = issue(approval.escalation, state, approval.votes, now)
+    stored = insert_execution(conn, record, None)  # no quota: the request counted once
+    assert stored is None  # no idempotency key, so never a repeat
+    conn.execute(
+        update(approvals)
+        .where(
+            and_(approvals.c.approval_id == approval.approval_id, approvals.c.state == "pending")
+        )
+        .values(state=state, decided_at=now, outcome_execution_id=record.execution_id)
+    )
+    _record_step(conn, approval, now, f"approval.{state}", "service",
+                 {"outcome_execution_id": record.execution_id,
+                  "outcome_receipt_id": record.receipt_id})  # fmt: skip
+    return dataclasses.replace(approval, state=state, outcome_receipt=record.receipt)
+
+
+def _record_step(
+    conn: Connection,
+    approval: Approval,
+    now: datetime,
+    action: str,
+    actor: str,
+    details: dict[str, Any],
+) -> None:
+    """Each step in both the org's audit trail and the ESCALATE execution's lineage."""
+    details = {"approval_id": approval.approval_id, **details}
+    append_audit(conn, AuditEvent(approval.org_id, now, actor, action, approval.approval_id,
+                                  details))  # fmt: skip
+    append_lineage(
+        conn,
+        event_id="lin_" + str(ULID()).lower(),
+        execution_id=approval.execution_id,
+        org_id=approval.org_id,
+        occurred_at=now,
+        kind=action.replace(".", "_"),
+        details=details,
+    )
