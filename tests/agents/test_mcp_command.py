@@ -4,8 +4,11 @@ real MCP client session and tools_server.py, in front of a real ``execauth serve
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,7 @@ from mcp import Client, StdioServerParameters
 from execauth.agents.gateway import RECEIPT_ID_META
 from tests.agents.conftest import ACTOR, AGENT_POLICY, TOOLS_SERVER, received
 from tests.cli.conftest import RunningService, service
+from tests.serving import free_port
 
 __all__ = ["service"]
 
@@ -101,3 +105,59 @@ def test_the_command_without_an_actor_is_a_usage_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--actor" in done.stderr
+
+
+@pytest.fixture
+def remote_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """tools_server.py over streamable HTTP on a free port: its URL and its calls file."""
+    port, calls = free_port(), tmp_path / "calls.jsonl"
+    env = dict(os.environ) | {"TOOLS_SERVER_CALLS": str(calls)}
+    process = subprocess.Popen(
+        [sys.executable, str(TOOLS_SERVER), "--http", str(port)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # readiness, not logic: wait until it accepts connections
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the MCP server exited"
+                assert time.monotonic() < deadline, "the MCP server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", calls
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def test_the_command_gates_a_remote_server_over_streamable_http(
+    service: RunningService, api_key: str, remote_server: tuple[str, Path]
+) -> None:
+    url, calls = remote_server
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    env |= {"EXECAUTH_URL": service.url, "EXECAUTH_API_KEY": api_key}
+    command = StdioServerParameters(
+        command=EXECAUTH,
+        args=["mcp", "--actor", ACTOR, "--server", "files", "--remote", url],
+        env=env,
+    )
+    async with Client(command) as agent:
+        permitted = await agent.call_tool("read_file", {"path": "README.md"})
+        denied = await agent.call_tool("delete_everything", {"confirm": True})
+    assert not permitted.is_error
+    assert denied.is_error
+    assert received(calls) == [{"tool": "read_file", "arguments": {"path": "README.md"}}]
+
+
+def test_a_command_and_a_remote_server_together_are_a_usage_error() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    done = subprocess.run(
+        [EXECAUTH, "mcp", "--actor", ACTOR, "--remote", "http://127.0.0.1:9/mcp",
+         "--", sys.executable, str(TOOLS_SERVER)],
+        env=env | {"EXECAUTH_API_KEY": "service_live_x"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "one of them" in done.stderr

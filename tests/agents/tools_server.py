@@ -1,13 +1,16 @@
 """A real MCP server for the gateway's tests, written with the MCP SDK; run on stdio.
 
-It appends every tool call it receives to the JSON-lines file named by
-``TOOLS_SERVER_CALLS`` before answering, so a test can show a refused call never came.
+``python tools_server.py`` serves on stdio; ``python tools_server.py --http PORT``
+serves streamable HTTP on 127.0.0.1:PORT/mcp. It appends every tool call it receives to
+the JSON-lines file named by ``TOOLS_SERVER_CALLS`` before answering, so a test can show
+a refused call never came.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,4 +54,7 @@ def web_search(query: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

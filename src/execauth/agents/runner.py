@@ -1,4 +1,5 @@
-"""Run the gateway: the upstream MCP server as a child on stdio, the agent on our stdio."""
+"""Run the gateway: the agent on our stdio; the upstream MCP server a child on stdio, or a
+remote server over streamable HTTP."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from execauth_client import AsyncClient
 from mcp import Client as UpstreamClient
@@ -20,7 +22,8 @@ API_KEY_ENV = "EXECAUTH_API_KEY"
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
-    """What ``execauth mcp`` was told: the child command, who the agent is, where to ask."""
+    """What ``execauth mcp`` was told: the child command (or the remote server's URL), who
+    the agent is, where to ask."""
 
     command: Sequence[str]
     actor: str
@@ -30,6 +33,7 @@ class GatewaySettings:
     server: str | None = None
     hidden: Callable[[str], bool] = lambda surface: False
     timeout: float = 10.0
+    remote: str | None = None  # a streamable-HTTP MCP server instead of ``command``
 
 
 def child_parameters(command: Sequence[str]) -> StdioServerParameters:
@@ -41,15 +45,27 @@ def child_parameters(command: Sequence[str]) -> StdioServerParameters:
 
 def server_name(settings: GatewaySettings, reported: str | None) -> str:
     """The ``<server>`` of default surfaces: the flag, the mapping file, what the child
-    calls itself, else its command's file name."""
-    return settings.server or settings.tool_map.server or reported or Path(settings.command[0]).name
+    calls itself, else its command's file name (or the remote server's host name)."""
+    fallback = (
+        urlsplit(settings.remote).hostname or "remote"
+        if settings.remote
+        else Path(settings.command[0]).name
+    )
+    return settings.server or settings.tool_map.server or reported or fallback
+
+
+def upstream_client(settings: GatewaySettings) -> UpstreamClient:
+    """The MCP client to the server that does the work."""
+    if settings.remote:
+        return UpstreamClient(settings.remote)
+    return UpstreamClient(child_parameters(settings.command))
 
 
 async def serve_stdio(settings: GatewaySettings) -> None:
     """Serve one agent on stdin/stdout until it disconnects."""
     async with (
         AsyncClient(settings.url, settings.api_key, timeout=settings.timeout) as execauth,
-        UpstreamClient(child_parameters(settings.command)) as upstream,
+        upstream_client(settings) as upstream,
     ):
         reported = upstream.server_info.name if upstream.server_info else None
         gateway = Gateway(

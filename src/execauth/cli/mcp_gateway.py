@@ -1,8 +1,9 @@
 """``execauth mcp``: an MCP gateway that asks execauth before every tool call.
 
 ``execauth mcp --actor A [--map FILE] [--hide-denied POLICY] -- COMMAND ARGS...`` runs
-COMMAND (an MCP server speaking stdio) as a child and serves MCP on its own stdin and
-stdout to the agent. Each ``tools/call`` becomes an execute; only a verified PERMIT lets
+COMMAND (an MCP server speaking stdio) as a child (or, with ``--remote URL``, talks to a
+remote server over streamable HTTP) and serves MCP on its own stdin and stdout to the
+agent. Each ``tools/call`` becomes an execute; only a verified PERMIT lets
 it through (execauth.agents, docs/agents.md). The API key comes from EXECAUTH_API_KEY.
 """
 
@@ -14,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
@@ -60,6 +62,13 @@ def mcp_gateway(
             exists=True,
         ),
     ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            help="A remote MCP server's streamable-HTTP URL, instead of a command.",
+            show_default=False,
+        ),
+    ] = None,
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds to wait for each HTTP answer.")
     ] = 10.0,
@@ -78,8 +87,10 @@ def mcp_gateway(
         ) from exc
     from execauth.agents.tool_map import ToolMap, ToolMapInvalid, load_tool_map
 
-    if not command:
-        raise _usage("give the MCP server's command after --")
+    if bool(command) == bool(remote):
+        raise _usage("give the MCP server's command after --, or --remote URL (one of them)")
+    if remote and urlsplit(remote).scheme not in ("http", "https"):
+        raise _usage(f"--remote must be an http(s) URL, not {remote!r}")
     api_key = os.environ.get(API_KEY_ENV)
     if not api_key:
         raise _usage(f"set {API_KEY_ENV} (an execute key of the agent's organization)")
@@ -90,11 +101,11 @@ def mcp_gateway(
     who = actor or mapping.actor
     if not who:
         raise _usage("say who the agent is: --actor, EXECAUTH_MCP_ACTOR or the map's 'actor'")
-    if shutil.which(command[0]) is None:
+    if command and shutil.which(command[0]) is None:
         raise _usage(f"command not found: {command[0]}")
     settings = GatewaySettings(
-        command=command, actor=who, url=url, api_key=api_key, tool_map=mapping,
-        server=server, timeout=timeout,
+        command=command or [], actor=who, url=url, api_key=api_key, tool_map=mapping,
+        server=server, timeout=timeout, remote=remote,
     )  # fmt: skip
     if hide_denied is not None:
         from execauth.agents.listing import always_denied_by_files
