@@ -13,6 +13,7 @@ import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -41,6 +42,8 @@ if os.environ.get(MULTIPROCESS_DIR_VARIABLE):
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # Collectors that read shared state (the database) at scrape time, not per process.
+        self._shared: list[Collector] = []
         self.decisions = Counter(
             "execauth_decisions",
             "Signed and stored decisions, by decision",
@@ -84,13 +87,23 @@ class Metrics:
             registry=self.registry,
         )
 
+    def add_shared(self, collector: Collector) -> None:
+        """Report ``collector``'s metrics too (read at scrape time, whichever worker answers)."""
+        self._shared.append(collector)
+        self.registry.register(collector)
+
     def exposition(self) -> bytes:
-        """The text format of every metric: this process's, or all workers' together."""
+        """The text format of every metric: this process's, or all workers' together.
+
+        It may read the database (``add_shared``): call it off the event loop.
+        """
         directory = os.environ.get(MULTIPROCESS_DIR_VARIABLE)
         if not directory:
             return generate_latest(self.registry)
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        for collector in self._shared:
+            registry.register(collector)
         return generate_latest(registry)
 
     def observe_sequenced(self, count: int, oldest_lag_seconds: float) -> None:

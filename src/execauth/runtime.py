@@ -30,6 +30,7 @@ from execauth.keyring import (
     unseal_signer,
 )
 from execauth.metrics import Metrics
+from execauth.streaming.metrics import StreamCollector
 from execauth.server_secret import ServerSecret
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
@@ -274,6 +275,7 @@ def open_runtime(
     except KeyUnsealError as exc:
         raise SystemExit(f"execauth: {exc}") from exc
     metrics = Metrics()
+    metrics.add_shared(StreamCollector(engine))
     token_hash = (
         None if settings.admin_token is not None else control.get_setting(ADMIN_TOKEN_SETTING)
     )

@@ -149,3 +149,21 @@ async def test_the_platform_admin_manages_an_organizations_subscriptions(
     listed = await client.get(base, headers=ADMIN)
     assert [s["target"] for s in listed.json()["subscriptions"]] == ["execauth.decisions"]
     assert (await client.get(base, headers=ops.admin)).status_code == 401
+
+
+async def test_metrics_show_each_subscriptions_lag_and_deliveries(
+    client: httpx.AsyncClient, ops: Operators
+) -> None:
+    made = await client.post(
+        "/operator/subscriptions", json=WEBHOOK | {"start": "beginning"}, headers=ops.admin
+    )
+    for _ in range(3):
+        await client.post("/v1/execute", json=PERMIT, headers=ops.tenant.auth)
+    sequence(client)
+    exposition = (await client.get("/metrics")).text
+    labels = (
+        f'org_id="{ops.tenant.org_id}",sink="webhook",state="active",'
+        f'subscription_id="{made.json()["subscription_id"]}"'
+    )
+    assert f"execauth_stream_lag_entries{{{labels}}} 3.0" in exposition
+    assert f"execauth_stream_delivered_total{{{labels}}} 0.0" in exposition

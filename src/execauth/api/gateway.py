@@ -109,7 +109,9 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return PlainTextResponse(OPENAPI.read_text(encoding="utf-8"), media_type="application/yaml")
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        # Off the event loop: the stream figures are read from the database at scrape time.
+        exposition = await anyio.to_thread.run_sync(metrics.exposition)
+        return Response(exposition, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
