@@ -30,6 +30,21 @@ from execauth_client.errors import (
 from execauth_client.receipt import Receipt
 
 EXECUTE_PATH = "/v1/execute"
+APPROVALS_PATH = "/v1/approvals/"
+MAX_APPROVAL_WAIT = 60  # seconds the server holds one long-poll at most
+
+
+def approval_outcome(response: httpx.Response) -> tuple[str, Receipt | None]:
+    """The state of an approval and its outcome receipt once it has one."""
+    if response.status_code != 200:
+        raise error_for(response)
+    body = _json(response)
+    if not isinstance(body, Mapping) or not isinstance(body.get("state"), str):
+        raise UnexpectedResponse("the answer is not an approval", status=response.status_code)
+    outcome = body.get("outcome_receipt")
+    return str(body["state"]), Receipt.from_dict(outcome) if outcome is not None else None
+
+
 KEYS_PATH = "/.well-known/service-keys.json"
 PLAN_LIMIT_CODE = "SERVICE_PLAN_LIMIT_EXCEEDED"
 # 500 too: spec §7 says an internal_error "should be retried"; the idempotency key
@@ -155,10 +170,11 @@ def error_for(response: httpx.Response) -> ExecauthError:
 
 
 def is_decision_body(response: httpx.Response) -> bool:
-    """Profile B answers DENY with 403 and SILENCE with 422, the receipt as body."""
+    """Profile B answers DENY with 403, SILENCE with 422 and ESCALATE with 202, the receipt
+    as body."""
     body = _json(response)
     return (
-        response.status_code in (200, 403, 422)
+        response.status_code in (200, 202, 403, 422)
         and isinstance(body, Mapping)
         and isinstance(body.get("decision"), str)
         and "receipt_id" in body

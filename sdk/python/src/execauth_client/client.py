@@ -51,6 +51,7 @@ class _Base:
         self.max_retries = max_retries
         self._backoff = backoff or _wire.Backoff()
         self._cache = KeyCache(ttl=cache_ttl, clock=clock)
+        self._clock = clock
 
     def _execute_request(
         self,
@@ -154,11 +155,32 @@ class Client(_Base):
         context: Mapping[str, Any] | None = None,
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        wait_for_approval: float | None = None,
     ) -> Receipt:
-        """Ask for a decision. PERMIT, DENY and SILENCE all return a ``Receipt`` (profile A
-        or B); errors raise. The receipt is *not* verified: use ``require_permit``."""
+        """Ask for a decision. PERMIT, DENY, SILENCE and ESCALATE all return a ``Receipt``
+        (profile A or B); errors raise. The receipt is *not* verified: use ``require_permit``.
+
+        ``wait_for_approval`` (seconds): on ESCALATE, wait up to that long for the approval
+        (server-side long-polls, no busy loop) and return its outcome receipt, a PERMIT or
+        a DENY; still pending then, the ESCALATE receipt itself (never a permission).
+        """
         request = self._execute_request(surface, actor, action, context, payload, idempotency_key)
-        return _wire.receipt_or_error(self._send("POST", _wire.EXECUTE_PATH, **request))
+        receipt = _wire.receipt_or_error(self._send("POST", _wire.EXECUTE_PATH, **request))
+        if receipt.decision != "ESCALATE" or not wait_for_approval or not receipt.approval_id:
+            return receipt
+        deadline = self._clock() + wait_for_approval
+        while (remaining := deadline - self._clock()) > 0:
+            wait = max(1, min(_wire.MAX_APPROVAL_WAIT, int(remaining)))
+            answer = self._send(
+                "GET", _wire.APPROVALS_PATH + receipt.approval_id,
+                params={"wait": f"{wait}s"}, headers=self._auth, timeout=wait + 10,
+            )  # fmt: skip
+            state, outcome = _wire.approval_outcome(answer)
+            if outcome is not None:
+                return outcome
+            if state != "pending":
+                break
+        return receipt
 
     def keys(self, *, refresh: bool = False) -> KeyList:
         """The service's key list, from cache while fresh."""
@@ -186,6 +208,7 @@ class Client(_Base):
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         now: datetime | None = None,
+        wait_for_approval: float | None = None,
     ) -> Receipt:
         """Authorize, verify, and return the receipt only if it is an authentic, unexpired
         PERMIT for exactly this request; otherwise raise (fail closed)."""
@@ -196,6 +219,7 @@ class Client(_Base):
             context=context,
             payload=payload,
             idempotency_key=idempotency_key,
+            wait_for_approval=wait_for_approval,
         )
         digest = _wire.request_digest(
             surface, actor=actor, action=action, context=context, payload=payload
@@ -273,10 +297,26 @@ class AsyncClient(_Base):
         context: Mapping[str, Any] | None = None,
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        wait_for_approval: float | None = None,
     ) -> Receipt:
         """See ``Client.authorize``."""
         request = self._execute_request(surface, actor, action, context, payload, idempotency_key)
-        return _wire.receipt_or_error(await self._send("POST", _wire.EXECUTE_PATH, **request))
+        receipt = _wire.receipt_or_error(await self._send("POST", _wire.EXECUTE_PATH, **request))
+        if receipt.decision != "ESCALATE" or not wait_for_approval or not receipt.approval_id:
+            return receipt
+        deadline = self._clock() + wait_for_approval
+        while (remaining := deadline - self._clock()) > 0:
+            wait = max(1, min(_wire.MAX_APPROVAL_WAIT, int(remaining)))
+            answer = await self._send(
+                "GET", _wire.APPROVALS_PATH + receipt.approval_id,
+                params={"wait": f"{wait}s"}, headers=self._auth, timeout=wait + 10,
+            )  # fmt: skip
+            state, outcome = _wire.approval_outcome(answer)
+            if outcome is not None:
+                return outcome
+            if state != "pending":
+                break
+        return receipt
 
     async def keys(self, *, refresh: bool = False) -> KeyList:
         """See ``Client.keys``; concurrent callers share one fetch."""
@@ -305,6 +345,7 @@ class AsyncClient(_Base):
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         now: datetime | None = None,
+        wait_for_approval: float | None = None,
     ) -> Receipt:
         """See ``Client.require_permit``."""
         receipt = await self.authorize(
@@ -314,6 +355,7 @@ class AsyncClient(_Base):
             context=context,
             payload=payload,
             idempotency_key=idempotency_key,
+            wait_for_approval=wait_for_approval,
         )
         digest = _wire.request_digest(
             surface, actor=actor, action=action, context=context, payload=payload

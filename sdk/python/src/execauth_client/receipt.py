@@ -50,6 +50,8 @@ class Receipt:
     request_id: str | None = None
     request_digest: str | None = None
     receipt_hash: str | None = None
+    approval_id: str | None = None  # an ESCALATE, or the outcome receipt of one
+    approval_expires_at: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     @classmethod
@@ -85,6 +87,8 @@ class Receipt:
             request_id=_str(raw, "request_id"),
             request_digest=_str(raw, "request_digest"),
             receipt_hash=_str(raw, "receiptHash"),
+            approval_id=_str(raw, "approval_id"),
+            approval_expires_at=_str(raw, "approval_expires_at"),
             raw=dict(raw),
         )
 

@@ -8,7 +8,7 @@ docs/receipts.md), in order; the first failure is the verdict's ``reason``:
 2. ``signature`` is a string starting ``ed25519:``            → ``malformed_receipt``
 3. ``authoritySignature``, if present, equals ``signature``   → ``signature_fields_disagree``
 4. ``timestamp`` is RFC 3339 with a time zone                 → ``malformed_receipt``
-5. ``decision`` is PERMIT, DENY or SILENCE                    → ``malformed_receipt``
+5. ``decision`` is PERMIT, DENY, SILENCE or ESCALATE         → ``malformed_receipt``
 6. ``key_id`` names a key in the list                         → ``unknown_key``
 7. that key is not revoked                                    → ``revoked_key``
 8. ``created_at <= timestamp < expires_at`` of the key        → ``key_not_valid_at_timestamp``
@@ -17,6 +17,8 @@ docs/receipts.md), in order; the first failure is the verdict's ``reason``:
     ``signature``/``authoritySignature``/``receiptHash`` checks → ``bad_signature``
 11. ``receiptHash``, if present, is SHA-256 of that payload    → ``receipt_hash_mismatch``
 12. a PERMIT has a parseable ``expires_at``                   → ``malformed_receipt``
+13. an ESCALATE has an ``approval_id``; ``approvers``, if
+    present, is a list of objects with a ``key_id``             → ``malformed_receipt``
 
 An authentic PERMIT with ``expires_at <= now`` is ``expired``: authentic, not usable.
 A key-list entry whose id is not ``service_key_`` + SHA-256(raw key)[:16], or that is
@@ -43,7 +45,7 @@ from execauth_client.receipt import Receipt
 SIGNATURE_PREFIX = "ed25519:"
 KEY_ID_PREFIX = "service_key_"
 UNSIGNED_FIELDS = frozenset({"signature", "authoritySignature", "receiptHash"})
-DECISIONS = frozenset({"PERMIT", "DENY", "SILENCE"})
+DECISIONS = frozenset({"PERMIT", "DENY", "SILENCE", "ESCALATE"})
 
 VALID = "valid"
 MALFORMED_RECEIPT = "malformed_receipt"
@@ -110,6 +112,7 @@ class Verdict:
     key_id: str | None = None
     decision: str | None = None
     expired: bool = False
+    approvers: tuple[str, ...] = ()  # key ids that approved (the PERMIT of an ESCALATE)
 
     @property
     def usable(self) -> bool:
@@ -214,14 +217,27 @@ def verify(
             expired = now >= parse_timestamp(raw.get("expires_at"))
         except ValueError:
             return fail(MALFORMED_RECEIPT, "PERMIT receipt has no valid expires_at")
-    return Verdict(
-        True,
-        VALID,
-        "signature valid" + ("; PERMIT has expired" if expired else ""),
-        key_id,
-        decision,
-        expired,
-    )
+    if decision == "ESCALATE" and not isinstance(raw.get("approval_id"), str):
+        return fail(MALFORMED_RECEIPT, "ESCALATE receipt has no approval_id")
+    approvers = _approvers(raw.get("approvers"))
+    if approvers is None:
+        return fail(MALFORMED_RECEIPT, "approvers is not a list of {key_id, ...} objects")
+    detail = "signature valid" + ("; PERMIT has expired" if expired else "")
+    if approvers:
+        detail += "; approved by " + ", ".join(approvers)
+    return Verdict(True, VALID, detail, key_id, decision, expired, approvers)
+
+
+def _approvers(value: object) -> tuple[str, ...] | None:
+    """The approving key ids an outcome receipt signs; ``None`` when malformed."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return None
+    ids = [entry.get("key_id") for entry in value if isinstance(entry, dict)]
+    if len(ids) != len(value) or not all(isinstance(i, str) for i in ids):
+        return None
+    return tuple(str(i) for i in ids)
 
 
 def unmet_expectations(
