@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +26,7 @@ surfaces:
         escalate: "true"
         ttl: 5m
 """
-BODY = {"actor": "release-bot", "context": {"ticket": "CHG-1"}}
+BODY: dict[str, Any] = {"actor": "release-bot", "context": {"ticket": "CHG-1"}}
 
 
 @dataclass(frozen=True)
