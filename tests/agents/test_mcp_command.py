@@ -161,3 +161,20 @@ def test_a_command_and_a_remote_server_together_are_a_usage_error() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "one of them" in done.stderr
+
+
+async def test_the_maps_actor_is_the_actor_of_each_decision(
+    service: RunningService, api_key: str, tmp_path: Path
+) -> None:
+    # The policy permits read_file to "agent:" actors only: a person's name matches no rule.
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("server: files\nactor: person:bob\n")
+    calls = tmp_path / "calls.jsonl"
+    command = gateway_command(service, api_key, calls)
+    args = ["mcp", "--map", str(mapping), "--", sys.executable, str(TOOLS_SERVER)]
+    async with Client(command.model_copy(update={"args": args})) as agent:
+        result = await agent.call_tool("read_file", {"path": "README.md"})
+    assert result.is_error
+    assert isinstance(result.content[0], types.TextContent)
+    assert "SERVICE_POLICY_NO_MATCHING_RULE" in result.content[0].text
+    assert received(calls) == []
