@@ -83,7 +83,8 @@ def mcp_gateway(
         from execauth.agents.runner import API_KEY_ENV, GatewaySettings, serve_stdio
     except ImportError as exc:  # the optional extra, or the SDK, is not installed
         raise _usage(
-            f"{exc.name} is not installed: pip install 'execauth[mcp]' ./sdk/python"
+            f"{exc.name} is not installed; from a checkout of execauth at the commit you "
+            "reviewed: pip install '.[mcp]' ./sdk/python"
         ) from exc
     from execauth.agents.tool_map import ToolMap, ToolMapInvalid, load_tool_map
 
