@@ -34,11 +34,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ulid import ULID
 
 from execauth.keyring import ActiveSigner, SigningKeyRecord, key_list_document
-from execauth.policy.decision import Decision, Outcome, PolicyRef, Reason
+from execauth.policy.decision import Decision, Escalation, Outcome, PolicyRef, Reason
 from execauth.receipts import (
     EXECUTION_ID_PREFIX,
     RECEIPT_ID_PREFIX,
     SIGNATURE_PREFIX,
+    build_outcome_receipt,
     build_receipt,
     sign_receipt,
     signing_payload,
@@ -883,9 +884,112 @@ def jcs_vectors() -> list[Vector]:
     ]
 
 
+ESCALATE_REQUEST = PERMIT_REQUEST | {"request_id": "req-0003"}
+APPROVER_KEY_IDS = ("key_01j00000000000000000000001", "key_01j00000000000000000000002")
+
+
+def make_escalation(
+    name: str, *, edit_unsigned: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """An ESCALATE as the server builds it (docs/approvals.md): quorum 2, 30 minutes."""
+    moment = ts("2025-06-01T12:00:00.000Z")
+    decision = Decision(
+        Outcome.ESCALATE,
+        "needs-approval",
+        Reason.APPROVAL_REQUIRED,
+        "rule needs-approval requires approval",
+        escalation=Escalation(quorum=2, approval_ttl_seconds=1800),
+    )
+    receipt_id, execution_id = _ids(name, moment)
+    signer = PRIMARY.signer()
+    unsigned = build_receipt(
+        receipt_id=receipt_id,
+        execution_id=execution_id,
+        request=parse_execute_request(dict(ESCALATE_REQUEST), None),
+        decision=decision,
+        policy=POLICY,
+        org_id=ORG_ID,
+        issuer=ISSUER,
+        now=moment,
+        key_id=signer.key_id,
+    )
+    if edit_unsigned is not None:
+        edit_unsigned(unsigned)
+    return sign_receipt(unsigned, signer)[0]
+
+
+def make_outcome(name: str, escalation: dict[str, Any], outcome: str) -> dict[str, Any]:
+    """The final receipt of ``escalation``: ``approved`` by both approvers, or not."""
+    moment = ts("2025-06-01T12:10:00.000Z")
+    approvers = [
+        {"key_id": key_id, "vote": "approve", "reason": "checked", "at": f"2025-06-01T12:0{i}:00Z"}
+        for i, key_id in enumerate(APPROVER_KEY_IDS, start=5)
+    ]
+    receipt_id, execution_id = _ids(name, moment)
+    signer = PRIMARY.signer()
+    unsigned = build_outcome_receipt(
+        escalation,
+        receipt_id=receipt_id,
+        execution_id=execution_id,
+        outcome=outcome,
+        approvers=approvers if outcome == "approved" else [],
+        now=moment,
+        # Unexpired at every "now" the vectors are checked at, like the other PERMITs.
+        permit_ttl_seconds=_ttl_until("2025-06-01T12:10:00.000Z", FAR_FUTURE),
+        key_id=signer.key_id,
+    )
+    return sign_receipt(unsigned, signer)[0]
+
+
+def approval_vectors() -> list[Vector]:
+    escalation = make_escalation("escalate")
+    permit = make_outcome("escalate-approved", escalation, "approved")
+    return [
+        _valid(
+            "escalate-valid",
+            "An ESCALATE (held for approval): authentic, BLOCKED, never a permission.",
+            escalation,
+        ),
+        _valid(
+            "permit-after-approval-valid",
+            "The PERMIT an approval issued: approval_id, escalation_receipt_id and the two "
+            f"approvers ({', '.join(APPROVER_KEY_IDS)}) are signed.",
+            permit,
+        ),
+        _valid(
+            "deny-after-rejection-valid",
+            "The DENY a rejection issued (approval_outcome rejected, no approvers).",
+            make_outcome("escalate-rejected", escalation, "rejected"),
+        ),
+        _invalid(
+            "tampered-approval-approvers",
+            "A PERMIT of an approval with an approver added after signing.",
+            tampered(permit, approvers=[*permit["approvers"], {"key_id": "key_attacker"}]),
+            "bad_signature",
+        ),
+        _invalid(
+            "tampered-escalate-to-permit",
+            "An ESCALATE whose decision was changed to PERMIT after signing.",
+            tampered(escalation, decision="PERMIT", expires_at=FAR_FUTURE),
+            "bad_signature",
+        ),
+        _invalid(
+            "escalate-without-approval-id",
+            "An authentically signed ESCALATE that names no approval to follow.",
+            make_escalation("escalate-no-approval", edit_unsigned=_drop("approval_id")),
+            "malformed_receipt",
+        ),
+    ]
+
+
 def all_vectors() -> list[Vector]:
     vectors = (
-        valid_vectors() + key_vectors() + tamper_vectors() + malformed_vectors() + jcs_vectors()
+        valid_vectors()
+        + key_vectors()
+        + tamper_vectors()
+        + malformed_vectors()
+        + jcs_vectors()
+        + approval_vectors()
     )
     names = [v.name for v in vectors]
     assert len(names) == len(set(names)), "vector names must be unique"

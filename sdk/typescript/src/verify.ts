@@ -12,7 +12,7 @@
  * | 2 | `signature` is a string starting `ed25519:`                           | `malformed_receipt`          |
  * | 3 | `authoritySignature`, if present, equals `signature`                  | `signature_fields_disagree`  |
  * | 4 | `timestamp` is RFC 3339 with a zone                                   | `malformed_receipt`          |
- * | 5 | `decision` is PERMIT, DENY or SILENCE                                 | `malformed_receipt`          |
+ * | 5 | `decision` is PERMIT, DENY, SILENCE or ESCALATE                       | `malformed_receipt`          |
  * | 6 | `key_id` is in the key list                                           | `unknown_key`                |
  * | 7 | the key is not revoked                                                | `revoked_key`                |
  * | 8 | `created_at <= timestamp < expires_at` of the key                     | `key_not_valid_at_timestamp` |
@@ -68,7 +68,9 @@ export interface VerifyOptions {
   issuer?: string | null;
 }
 
-const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE"]);
+// ESCALATE (held for human approval) is authentic or not like the others, and never a
+// permission: the guards act on PERMIT only (docs/approvals.md).
+const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE", "ESCALATE"]);
 
 /** Normalize any accepted form of keys to a `KeySet`. Throws `KeyListError` on a malformed document. */
 export function toKeySet(keys: Keys): KeySet {
@@ -169,6 +171,9 @@ function verifyReceipt(
     const expiresAt = parseTimestamp(receipt.expires_at);
     if (expiresAt === undefined) return fail("malformed_receipt", "PERMIT receipt has no valid expires_at");
     expired = now >= expiresAt;
+  }
+  if (decision === "ESCALATE" && typeof receipt.approval_id !== "string") {
+    return fail("malformed_receipt", "ESCALATE receipt has no approval_id");
   }
   const detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
   return verdict(true, "valid", detail, keyId, decision, expired);
