@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from execauth_client import AsyncClient
+from execauth_client import AsyncClient, KeyList
 from mcp import Client, StdioServerParameters
 
 from execauth.agents.gateway import Gateway
@@ -96,6 +96,7 @@ async def gateway_session(
     hidden: Callable[[str], bool] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     base_url: str | None = None,
+    keys: KeyList | None = None,
 ) -> AsyncIterator[Session]:
     """An agent's MCP session through a gateway to ``tools_server.py``."""
     calls = tmp_path / "calls.jsonl"
@@ -113,6 +114,7 @@ async def gateway_session(
             actor=ACTOR,
             tool_map=tool_map or ToolMap(),
             hidden=hidden or (lambda surface: False),
+            keys=keys,
         )
         async with Client(gateway.mcp_server()) as agent:
             yield Session(agent, gateway, calls)

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import mcp_types as types
 import pytest
+from execauth_client import KeyList
 
 from execauth.agents.gateway import DECISION_META, RECEIPT_ID_META
 from execauth.agents.listing import always_denied_by_files
@@ -222,4 +223,28 @@ async def test_a_call_the_policy_escalates_never_reaches_the_server(
         result = await session.agent.call_tool("delete_everything", {"confirm": True})
     assert result.is_error
     assert "ESCALATE" in text(result)
+    assert session.received() == []
+
+
+async def test_a_permit_verified_against_pinned_keys_goes_through(
+    client: httpx.AsyncClient, agent_tenant: Tenant, tmp_path: Path
+) -> None:
+    published = (await client.get("/.well-known/service-keys.json")).json()
+    async with gateway_session(
+        client, agent_tenant.api_key, tmp_path, keys=KeyList.from_document(published)
+    ) as session:
+        result = await session.agent.call_tool("read_file", {"path": "README.md"})
+    assert not result.is_error, text(result)
+    assert len(session.received()) == 1
+
+
+async def test_a_permit_signed_by_a_key_not_pinned_is_refused(
+    client: httpx.AsyncClient, agent_tenant: Tenant, tmp_path: Path
+) -> None:
+    published = (await client.get("/.well-known/service-keys.json")).json()
+    pinned = KeyList.from_document(published | {"keys": []})
+    async with gateway_session(client, agent_tenant.api_key, tmp_path, keys=pinned) as session:
+        result = await session.agent.call_tool("read_file", {"path": "README.md"})
+    assert result.is_error
+    assert "unknown_key" in text(result)
     assert session.received() == []

@@ -178,3 +178,17 @@ async def test_the_maps_actor_is_the_actor_of_each_decision(
     assert isinstance(result.content[0], types.TextContent)
     assert "SERVICE_POLICY_NO_MATCHING_RULE" in result.content[0].text
     assert received(calls) == []
+
+
+def test_a_keys_file_that_is_not_a_key_list_is_a_usage_error(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text('{"not": "keys"}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECAUTH_")}
+    done = subprocess.run(
+        [EXECAUTH, "mcp", "--actor", ACTOR, "--keys", str(keys),
+         "--", sys.executable, str(TOOLS_SERVER)],
+        env=env | {"EXECAUTH_API_KEY": "service_live_x"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "not a key list" in done.stderr

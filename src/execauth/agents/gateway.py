@@ -17,13 +17,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
-from execauth_client import AsyncClient, ExecauthError, NotPermitted, Receipt
+from execauth_client import (
+    AsyncClient,
+    ExecauthError,
+    KeyList,
+    NotPermitted,
+    Receipt,
+    require_permit,
+)
 from mcp import Client as UpstreamClient
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from execauth.agents.permit import CallRefused, ToolCall, admit
 from execauth.agents.tool_map import ToolMap
+from execauth.errors import InvalidRequest
+from execauth.request import parse_execute_request
 
 RECEIPT_ID_META = "execauth/receipt_id"
 DECISION_META = "execauth/decision"
@@ -75,6 +84,7 @@ class Gateway:
     tool_map: ToolMap
     hidden: Callable[[str], bool] = lambda surface: False
     admit: Admit = admit
+    keys: KeyList | None = None  # a pinned key list; None: the service's, fetched and cached
     _tools: dict[str, types.Tool] = field(default_factory=dict, init=False)
 
     async def upstream_tools(self) -> list[types.Tool]:
@@ -125,9 +135,7 @@ class Gateway:
         """The admitted PERMIT for ``call``, or ``CallRefused``: never a PERMIT by default."""
         context = tool_context(self.server, self._tools.get(call.tool), call.tool)
         try:
-            receipt = await self.execauth.require_permit(
-                call.surface, actor=call.actor, context=context, payload=call.arguments
-            )
+            receipt = await self.permitted(call, context)
         except NotPermitted as refused:
             decided = refused.receipt
             if decided.decision == ESCALATE:
@@ -141,7 +149,28 @@ class Gateway:
             ) from refused
         except ExecauthError as failed:  # unreachable, 4xx/5xx, a receipt that does not verify
             raise CallRefused(failed.code or "EXECAUTH_ERROR", str(failed)) from failed
+        except InvalidRequest as invalid:  # what the service would refuse too
+            raise CallRefused(invalid.code, str(invalid)) from invalid
         return await self.admit(receipt, call)
+
+    async def permitted(self, call: ToolCall, context: dict[str, Any]) -> Receipt:
+        """Ask, then verify: against the pinned ``keys`` when given (no refetch, as ``execauth
+        gate --keys``), else against the service's own key list. Raises unless PERMIT."""
+        if self.keys is None:
+            return await self.execauth.require_permit(
+                call.surface, actor=call.actor, context=context, payload=call.arguments
+            )
+        receipt = await self.execauth.authorize(
+            call.surface, actor=call.actor, context=context, payload=call.arguments
+        )
+        # The digest to expect is the one the service computes: the same function.
+        body = {"surface": call.surface, "actor": call.actor, "context": context,
+                "payload": dict(call.arguments)}  # fmt: skip
+        expected = parse_execute_request(body, None).digest
+        return require_permit(
+            receipt, keys=self.keys, surface=call.surface, actor=call.actor,
+            request_digest=expected,
+        )  # fmt: skip
 
     def mcp_server(self, name: str = "execauth-mcp-gateway") -> Server[Any]:
         """The agent-facing MCP server (low-level SDK server: the tools are the upstream's)."""

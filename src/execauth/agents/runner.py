@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from execauth_client import AsyncClient
+from execauth_client import AsyncClient, KeyList
 from mcp import Client as UpstreamClient
 from mcp import StdioServerParameters
 from mcp.server.stdio import stdio_server
@@ -34,6 +34,7 @@ class GatewaySettings:
     hidden: Callable[[str], bool] = lambda surface: False
     timeout: float = 10.0
     remote: str | None = None  # a streamable-HTTP MCP server instead of ``command``
+    keys: KeyList | None = None  # a pinned key list (``--keys``)
 
 
 def child_parameters(command: Sequence[str]) -> StdioServerParameters:
@@ -75,6 +76,7 @@ async def serve_stdio(settings: GatewaySettings) -> None:
             actor=settings.actor,
             tool_map=settings.tool_map,
             hidden=settings.hidden,
+            keys=settings.keys,
         )
         server = gateway.mcp_server()
         async with stdio_server() as (read, write):

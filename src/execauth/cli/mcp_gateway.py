@@ -10,6 +10,7 @@ it through (execauth.agents, docs/agents.md). The API key comes from EXECAUTH_AP
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -62,6 +63,15 @@ def mcp_gateway(
             exists=True,
         ),
     ] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            help="A pinned key list (saved service-keys.json) to verify receipts against. "
+            "Stronger than the default, which fetches the keys from the service.",
+            dir_okay=False,
+            exists=True,
+        ),
+    ] = None,
     remote: Annotated[
         str | None,
         typer.Option(
@@ -108,6 +118,14 @@ def mcp_gateway(
         command=command or [], actor=who, url=url, api_key=api_key, tool_map=mapping,
         server=server, timeout=timeout, remote=remote,
     )  # fmt: skip
+    if keys is not None:
+        from execauth_client import KeyList, KeyListError
+
+        try:
+            pinned = KeyList.from_document(json.loads(keys.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyListError) as exc:
+            raise _usage(f"{keys}: not a key list: {exc}") from exc
+        settings = dataclasses.replace(settings, keys=pinned)
     if hide_denied is not None:
         from execauth.agents.listing import always_denied_by_files
         from execauth.policy.testing import PolicyFileInvalid
