@@ -170,7 +170,7 @@ export class Client {
     };
     if (this.#wireProfile !== undefined) headers.prefer = `wire=${this.#wireProfile}`;
     const answer = await this.#call("POST", "/v1/execute", headers, text, options.signal, (status, decoded) =>
-      status === 200 || ((status === 403 || status === 422) && looksLikeReceipt(decoded)),
+      status === 200 || ((status === 202 || status === 403 || status === 422) && looksLikeReceipt(decoded)),
     );
     if (!looksLikeReceipt(answer.body)) {
       throw new UnexpectedResponseError(`execute answered ${answer.status} without a receipt`, {
