@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import textwrap
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from execauth.errors import PolicyInvalid
 from execauth.policy.decision import Escalation, Outcome, PolicyRef, Reason
 from execauth.policy.document import parse_policy_document
-from execauth.policy.engine import CompiledBlock, compile_policy, evaluate, trace
+from execauth.policy.engine import CompiledBlock, PolicySet, compile_policy, evaluate, trace
+from execauth.policy.explain import explain
+from execauth.policy.replay import RecordedExecution, impact
+from execauth.policy.testing import run_suite
 
 NOW = datetime(2026, 3, 14, 12, 0, 0, tzinfo=UTC)
 ORG = {"id": "org_01hzzzzzzzzzzzzzzzzzzzzzzz", "plan": "free"}
@@ -106,3 +110,38 @@ def test_escalation_settings_on_a_permit_rule_are_refused(field: str) -> None:
     with pytest.raises(PolicyInvalid) as raised:
         _block(f"- id: ok\n  permit: 'true'\n  {field}\n")
     assert "only escalate rules" in raised.value.problems[0].reason
+
+
+def _set(rules: str) -> PolicySet:
+    text = "surfaces:\n  - match: deploy.production\n    rules:\n" + textwrap.indent(
+        textwrap.dedent(rules), "      "
+    )
+    document = parse_policy_document(text, policy_id="p")
+    return PolicySet([compile_policy(document, PolicyRef("p", 2, document.policy_hash))])
+
+
+def test_explain_names_the_escalate_row() -> None:
+    answer = explain(_set("- id: ask\n  escalate: 'true'\n"), REQUEST, now=NOW, org=ORG)
+    assert answer.outcome == "ESCALATE"
+    assert answer.trace is not None
+    assert answer.trace.row == "escalate rules match (no deny)"
+
+
+def test_a_policy_test_case_can_expect_escalate(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "surfaces:\n  - match: deploy.production\n    rules:\n"
+        "      - id: ask\n        escalate: 'true'\n"
+    )
+    (tmp_path / "p.cases.yaml").write_text(
+        "cases:\n  - name: asks\n    request: {surface: deploy.production}\n"
+        "    expect: {decision: ESCALATE, rule_id: ask}\n"
+    )
+    report = run_suite(tmp_path)
+    assert (report.passed, report.failed) == (1, 0)
+
+
+def test_impact_counts_a_permit_that_becomes_an_escalate() -> None:
+    recorded = RecordedExecution("service_exec_x", "PERMIT", "ok", None, "p", 1, REQUEST, NOW, ORG)
+    report = impact(_set("- id: ask\n  escalate: 'true'\n"), [recorded])
+    assert report.matrix[("PERMIT", "ESCALATE")] == 1
+    assert report.changed == 1

@@ -1,0 +1,57 @@
+"""Fail closed: an approval whose outcome cannot be signed or stored is no PERMIT, and
+its vote is not counted (the whole transaction rolls back)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from execauth.approvals import State, Vote
+from execauth.errors import SigningUnavailable
+from execauth.runtime import Runtime
+from execauth.service import ExecutionService
+from execauth.store.approvals import Ballot
+from execauth.store.executions import ExecutionRecord
+from execauth.store.tables import approval_votes, executions
+from tests.approvals.conftest import Clock, Org, escalate
+
+pytestmark = pytest.mark.anyio
+
+
+def _cannot_sign(
+    escalation: dict[str, object], state: State, votes: list[Vote], now: datetime
+) -> ExecutionRecord:
+    raise SigningUnavailable("no signing key is available")
+
+
+async def test_a_quorum_whose_permit_cannot_be_signed_stays_pending_with_no_vote(
+    client: httpx.AsyncClient, org: Org, runtime: Runtime, clock: Clock
+) -> None:
+    approval_id = (await escalate(client, org))["approval_id"]
+    store = ExecutionService(runtime, clock=clock).approvals
+    ballot = Ballot(org.ids[0], "admin", "approve", None, "")
+    with pytest.raises(SigningUnavailable):
+        store.vote(org.tenant.org_id, approval_id, ballot, clock(), _cannot_sign)
+    with runtime.engine.connect() as conn:
+        permits = conn.execute(
+            select(func.count()).where(
+                executions.c.org_id == org.tenant.org_id, executions.c.decision == "PERMIT"
+            )
+        ).scalar_one()
+        votes = conn.execute(select(func.count()).select_from(approval_votes)).scalar_one()
+    assert (permits, votes) == (0, 0)
+    shown = await client.get(f"/operator/approvals/{approval_id}", headers=org.auditor)
+    assert shown.json()["state"] == "pending"
+
+
+async def test_a_repeat_after_the_deadline_answers_the_expiry_deny(
+    client: httpx.AsyncClient, org: Org, clock: Clock
+) -> None:
+    first = await escalate(client, org, key="k-1")
+    clock.advance(hours=2)  # past approval_ttl: the repeat settles the expiry
+    again = await escalate(client, org, key="k-1")
+    assert again["decision"] == "DENY"
+    assert again["approval_id"] == first["approval_id"]
