@@ -99,7 +99,15 @@ class ApprovalStore:
     def settle(
         self, org_id: str, approval_id: str, now: datetime, issue: OutcomeIssuer
     ) -> Approval:
-        """The approval now; an expired one gets its expiry receipt first."""
+        """The approval now; an expired one gets its expiry receipt first.
+
+        Read without a lock first: a long-poll reads several times a second, and only an
+        approval whose deadline has passed unsettled needs the write lock.
+        """
+        with self.engine.connect() as conn:
+            approval = _read(conn, org_id, approval_id, now, locked=False)
+        if approval.state != "pending" or outcome(approval.terms, approval.votes, now) == "pending":
+            return approval
         approval, _ = self._change(org_id, approval_id, now, issue, None)
         return approval
 
@@ -141,7 +149,7 @@ class ApprovalStore:
     ) -> tuple[Approval, Exception | None]:
         with self._lock.held(), self.engine.connect() as conn, conn.begin():
             begin_writing(conn)
-            approval = _locked(conn, org_id, approval_id, now)
+            approval = _read(conn, org_id, approval_id, now, locked=True)
             refused: Exception | None = None
             counted = False
             if approval.state == "pending":
@@ -158,7 +166,10 @@ class ApprovalStore:
             return approval, refused
 
 
-def _locked(conn: Connection, org_id: str, approval_id: str, now: datetime) -> Approval:
+def _read(
+    conn: Connection, org_id: str, approval_id: str, now: datetime, *, locked: bool
+) -> Approval:
+    """The approval; ``locked``: created if absent and locked until the transaction ends."""
     execution_id = execution_id_for(approval_id)
     row = (
         conn.execute(
@@ -173,42 +184,40 @@ def _locked(conn: Connection, org_id: str, approval_id: str, now: datetime) -> A
     )
     if row is None:
         raise NotFound("no such approval in this organization")
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(
-        dialect.insert(approvals)
-        .values(
-            approval_id=approval_id,
-            org_id=org_id,
-            execution_id=execution_id,
-            state="pending",
-            created_at=now,
-        )
-        .on_conflict_do_nothing()
+    query = select(approvals.c.state, approvals.c.outcome_execution_id).where(
+        approvals.c.approval_id == approval_id
     )
-    # FOR UPDATE: a second instance's vote waits here until this transaction ends.
-    state_row = (
+    if locked:
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         conn.execute(
-            select(approvals.c.state, approvals.c.outcome_execution_id)
-            .where(approvals.c.approval_id == approval_id)
-            .with_for_update()
+            dialect.insert(approvals)
+            .values(
+                approval_id=approval_id,
+                org_id=org_id,
+                execution_id=execution_id,
+                state="pending",
+                created_at=now,
+            )
+            .on_conflict_do_nothing()
         )
-        .mappings()
-        .one()
-    )
+        # FOR UPDATE: a second instance's vote waits here until this transaction ends.
+        query = query.with_for_update()
+    found = conn.execute(query).mappings().first()
+    # No row yet: nobody voted or looked since the ESCALATE was stored.
+    state: State = found["state"] if found is not None else "pending"
+    outcome_execution_id = found["outcome_execution_id"] if found is not None else None
     receipt = msgspec.json.decode(row["receipt"])
     stored = json.loads(row["evaluation_input"])
     outcome_receipt = None
-    if state_row["outcome_execution_id"] is not None:
+    if outcome_execution_id is not None:
         outcome_receipt = conn.execute(
-            select(executions.c.receipt).where(
-                executions.c.execution_id == state_row["outcome_execution_id"]
-            )
+            select(executions.c.receipt).where(executions.c.execution_id == outcome_execution_id)
         ).scalar_one()
     return Approval(
         approval_id=approval_id,
         org_id=org_id,
         execution_id=execution_id,
-        state=state_row["state"],
+        state=state,
         terms=Terms.from_stored(stored["approval"], receipt),
         escalation=receipt,
         request=stored.get("request", {}),
