@@ -299,3 +299,13 @@ async def test_a_wait_beyond_the_bound_or_malformed_is_400(
 async def test_an_unknown_approval_is_404(client: httpx.AsyncClient, org: Org) -> None:
     answer = await client.get("/operator/approvals/service_appr_nope", headers=org.auditor)
     assert answer.status_code == 404
+
+
+async def test_the_usage_report_counts_an_approved_request_once(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    escalation = await escalate(client, org)
+    await vote(client, escalation["approval_id"], org.approvers[0])
+    usage = (await client.get("/operator/usage", headers=org.auditor)).json()
+    assert usage["executes"]["by_decision"]["ESCALATE"] == 1
+    assert usage["executes"]["by_decision"]["PERMIT"] == 0

@@ -16,6 +16,7 @@ from ulid import ULID
 from execauth.store.audit import append_lineage
 from execauth.store.database import in_format_style
 from execauth.store.tables import (
+    approvals,
     execution_events,
     execution_repeats,
     executions,
@@ -485,10 +486,18 @@ class ExecutionStore:
             conn.execute(statement)
 
     def usage_rows(self, org_id: str | None, start: datetime, end: datetime) -> list[UsageRow]:
-        """Executes decided in [start, end) grouped by org, surface and decision."""
+        """Executes decided in [start, end) grouped by org, surface and decision.
+
+        The outcome receipt of an approval is not an execute of its own: the request
+        counted once, as its ESCALATE (docs/approvals.md).
+        """
+        outcomes = select(approvals.c.outcome_execution_id).where(
+            approvals.c.outcome_execution_id.is_not(None)
+        )
         query = (
             select(executions.c.org_id, executions.c.surface, executions.c.decision, func.count())
             .where(executions.c.decided_at_ms >= _ms(start), executions.c.decided_at_ms < _ms(end))
+            .where(executions.c.execution_id.not_in(outcomes))
             .group_by(executions.c.org_id, executions.c.surface, executions.c.decision)
         )
         if org_id is not None:
