@@ -97,6 +97,8 @@ async def gateway_session(
     transport: httpx.AsyncBaseTransport | None = None,
     base_url: str | None = None,
     keys: KeyList | None = None,
+    approval_wait: float = 0.0,
+    progress_every: float = 5.0,
 ) -> AsyncIterator[Session]:
     """An agent's MCP session through a gateway to ``tools_server.py``."""
     calls = tmp_path / "calls.jsonl"
@@ -115,6 +117,8 @@ async def gateway_session(
             tool_map=tool_map or ToolMap(),
             hidden=hidden or (lambda surface: False),
             keys=keys,
+            approval_wait=approval_wait,
+            progress_every=progress_every,
         )
         async with Client(gateway.mcp_server()) as agent:
             yield Session(agent, gateway, calls)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import httpx
 import mcp_types as types
 import pytest
@@ -17,7 +18,7 @@ from execauth.agents.gateway import DECISION_META, RECEIPT_ID_META
 from execauth.agents.listing import always_denied_by_files
 from execauth.agents.tool_map import ToolMap
 from tests.agents.conftest import AGENT_POLICY, gateway_session
-from tests.conftest import Tenant, make_tenant, sequence
+from tests.conftest import ADMIN, Tenant, make_tenant, sequence
 
 pytestmark = pytest.mark.anyio
 
@@ -247,4 +248,68 @@ async def test_a_permit_signed_by_a_key_not_pinned_is_refused(
         result = await session.agent.call_tool("read_file", {"path": "README.md"})
     assert result.is_error
     assert "unknown_key" in text(result)
+    assert session.received() == []
+
+
+async def approve_when_pending(
+    client: httpx.AsyncClient, admin_key: str, agent_told: anyio.Event
+) -> None:
+    """A second client (a person with the org's admin key) approves the pending call, once
+    the agent has been told, by a progress notification, that its call is waiting."""
+    auth = {"Authorization": f"Bearer {admin_key}"}
+    with anyio.fail_after(30):
+        await agent_told.wait()
+    pending = (await client.get("/operator/approvals", headers=auth)).json()
+    items = pending.get("items", pending.get("approvals", []))
+    assert len(items) == 1, pending
+    approved = await client.post(
+        f"/operator/approvals/{items[0]['approval_id']}/approve",
+        json={"actor": "person:alice", "reason": "looked at it"},
+        headers=auth,
+    )
+    assert approved.status_code == 200, approved.text
+
+
+async def test_an_escalated_call_waits_with_progress_then_proceeds_after_approval(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    tenant = await make_tenant(client, policy=ESCALATE_POLICY)
+    admin = await client.post(
+        f"/console/v1/orgs/{tenant.org_id}/keys",
+        json={"name": "approver", "role": "admin"},
+        headers=ADMIN,
+    )
+    assert admin.status_code == 201, admin.text
+    agent_told = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        assert message is not None
+        assert "approval" in message
+        agent_told.set()
+
+    async with (
+        gateway_session(
+            client, tenant.api_key, tmp_path, approval_wait=30, progress_every=0.2
+        ) as session,
+        anyio.create_task_group() as tasks,
+    ):
+        tasks.start_soon(approve_when_pending, client, admin.json()["api_key"], agent_told)
+        result = await session.agent.call_tool(
+            "delete_everything", {"confirm": True}, progress_callback=on_progress
+        )
+    assert not result.is_error, text(result)
+    assert result.meta is not None
+    assert result.meta[DECISION_META] == "PERMIT"
+    assert session.received() == [{"tool": "delete_everything", "arguments": {"confirm": True}}]
+
+
+async def test_an_escalated_call_not_approved_in_time_never_reaches_the_server(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    tenant = await make_tenant(client, policy=ESCALATE_POLICY)
+    async with gateway_session(client, tenant.api_key, tmp_path, approval_wait=1) as session:
+        result = await session.agent.call_tool("delete_everything", {"confirm": True})
+    assert result.is_error
+    assert "ESCALATE" in text(result)
+    assert "did not come within 1s" in text(result)
     assert session.received() == []

@@ -5,9 +5,10 @@ Every ``tools/call`` is first an execute on the service: the tool's surface
 says about itself (its name, its server, its ``readOnlyHint`` and ``destructiveHint``)
 as ``context``. The call reaches the upstream server only under a PERMIT that
 ``execauth_client`` verified offline and ``permit.admit`` accepted; the receipt id goes
-into the result's ``_meta``. Anything else — DENY, SILENCE, ESCALATE, an error, a
-receipt that does not verify — is a tool error naming the reason code, and the
-upstream server is never called (docs/agents.md).
+into the result's ``_meta``. An ESCALATE waits for its approval (``approval_wait``),
+with progress notifications. Anything else — DENY, SILENCE, an ESCALATE not approved in
+time, an error, a receipt that does not verify — is a tool error naming the reason
+code, and the upstream server is never called (docs/agents.md).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import mcp_types as types
 from execauth_client import (
     AsyncClient,
@@ -36,7 +38,7 @@ from execauth.request import parse_execute_request
 
 RECEIPT_ID_META = "execauth/receipt_id"
 DECISION_META = "execauth/decision"
-# Approvals (ESCALATE) are not part of this gateway yet: such a call is refused.
+# A call the policy escalates waits for its approval (``approval_wait``), else is refused.
 ESCALATE = "ESCALATE"
 
 Admit = Callable[[Receipt, ToolCall], Awaitable[Receipt]]
@@ -85,6 +87,9 @@ class Gateway:
     hidden: Callable[[str], bool] = lambda surface: False
     admit: Admit = admit
     keys: KeyList | None = None  # a pinned key list; None: the service's, fetched and cached
+    # Seconds a call the policy escalates may wait for its approval; 0: refused at once.
+    approval_wait: float = 0.0
+    progress_every: float = 5.0  # seconds between progress notifications while waiting
     _tools: dict[str, types.Tool] = field(default_factory=dict, init=False)
 
     async def upstream_tools(self) -> list[types.Tool]:
@@ -121,7 +126,7 @@ class Gateway:
             self.tool_map.surface_for(self.server, params.name), self.actor, params.name, arguments
         )
         try:
-            receipt = await self.decide(call)
+            receipt = await self.decide_with_progress(ctx, call)
         except CallRefused as refused:
             return refusal(refused.code, refused.message, refused.receipt)
         result = await self.upstream.call_tool(params.name, arguments)
@@ -131,6 +136,37 @@ class Gateway:
         }
         return result.model_copy(update={"meta": meta})
 
+    async def decide_with_progress(self, ctx: ServerRequestContext[Any], call: ToolCall) -> Receipt:
+        """``decide``, telling the agent every ``progress_every`` seconds while it takes long
+        (an approval pending): its client then knows the call is alive and waiting, not
+        lost. ``report_progress`` sends nothing when the agent asked for no progress."""
+        if self.approval_wait <= 0:
+            return await self.decide(call)
+
+        async def tick() -> None:
+            waited = 0.0
+            while True:
+                await anyio.sleep(self.progress_every)
+                waited += self.progress_every
+                await ctx.session.report_progress(
+                    waited, self.approval_wait,
+                    f"waiting for execauth's decision (an approval may be pending), {waited:.0f}s",
+                )  # fmt: skip
+
+        # The outcome is kept out of the task group, which would wrap a refusal in a group.
+        outcome: Receipt | CallRefused
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(tick)
+            try:
+                outcome = await self.decide(call)
+            except CallRefused as refused:
+                outcome = refused
+            finally:
+                tasks.cancel_scope.cancel()
+        if isinstance(outcome, CallRefused):
+            raise outcome
+        return outcome
+
     async def decide(self, call: ToolCall) -> Receipt:
         """The admitted PERMIT for ``call``, or ``CallRefused``: never a PERMIT by default."""
         context = tool_context(self.server, self._tools.get(call.tool), call.tool)
@@ -139,10 +175,17 @@ class Gateway:
         except NotPermitted as refused:
             decided = refused.receipt
             if decided.decision == ESCALATE:
+                waited = (
+                    f"which did not come within {self.approval_wait:g}s"
+                    if self.approval_wait > 0
+                    else "and this gateway does not wait for approvals"
+                )
                 raise CallRefused(
-                    ESCALATE, "the policy asks for an approval, which this gateway cannot wait for",
+                    ESCALATE,
+                    f"the policy asks for a person's approval, {waited} "
+                    f"(approval {decided.approval_id or 'unknown'})",
                     decided,
-                ) from refused  # fmt: skip
+                ) from refused
             code = decided.policy_reason or decided.reason_code or decided.decision
             raise CallRefused(
                 code, f"{decided.decision}: {decided.message or 'no message'}", decided
@@ -156,13 +199,16 @@ class Gateway:
     async def permitted(self, call: ToolCall, context: dict[str, Any]) -> Receipt:
         """Ask, then verify: against the pinned ``keys`` when given (no refetch, as ``execauth
         gate --keys``), else against the service's own key list. Raises unless PERMIT."""
+        wait = self.approval_wait or None
         if self.keys is None:
             return await self.execauth.require_permit(
-                call.surface, actor=call.actor, context=context, payload=call.arguments
-            )
+                call.surface, actor=call.actor, context=context, payload=call.arguments,
+                wait_for_approval=wait,
+            )  # fmt: skip
         receipt = await self.execauth.authorize(
-            call.surface, actor=call.actor, context=context, payload=call.arguments
-        )
+            call.surface, actor=call.actor, context=context, payload=call.arguments,
+            wait_for_approval=wait,
+        )  # fmt: skip
         # The digest to expect is the one the service computes: the same function.
         body = {"surface": call.surface, "actor": call.actor, "context": context,
                 "payload": dict(call.arguments)}  # fmt: skip

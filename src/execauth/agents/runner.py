@@ -35,6 +35,7 @@ class GatewaySettings:
     timeout: float = 10.0
     remote: str | None = None  # a streamable-HTTP MCP server instead of ``command``
     keys: KeyList | None = None  # a pinned key list (``--keys``)
+    approval_wait: float = 60.0  # seconds an escalated call waits for its approval
 
 
 def child_parameters(command: Sequence[str]) -> StdioServerParameters:
@@ -77,6 +78,7 @@ async def serve_stdio(settings: GatewaySettings) -> None:
             tool_map=settings.tool_map,
             hidden=settings.hidden,
             keys=settings.keys,
+            approval_wait=settings.approval_wait,
         )
         server = gateway.mcp_server()
         async with stdio_server() as (read, write):

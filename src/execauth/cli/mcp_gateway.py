@@ -79,6 +79,14 @@ def mcp_gateway(
             show_default=False,
         ),
     ] = None,
+    approval_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds a call the policy escalates waits for a person's approval "
+            "(with progress notifications), then is refused; 0 refuses at once.",
+        ),
+    ] = 60.0,
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds to wait for each HTTP answer.")
     ] = 10.0,
@@ -116,7 +124,7 @@ def mcp_gateway(
         raise _usage(f"command not found: {command[0]}")
     settings = GatewaySettings(
         command=command or [], actor=who, url=url, api_key=api_key, tool_map=mapping,
-        server=server, timeout=timeout, remote=remote,
+        server=server, timeout=timeout, remote=remote, approval_wait=approval_wait,
     )  # fmt: skip
     if keys is not None:
         from execauth_client import KeyList, KeyListError
