@@ -7,6 +7,7 @@ history in bounded batches so a large range cannot exhaust memory.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -162,6 +163,8 @@ class ReplayService:
             page = self._runtime.executions.page(org_id, filters, limit=PAGE)
             for record in page:
                 pace()
+                if _is_approval_outcome(record):
+                    continue  # decided by people, not by the policy: nothing to re-evaluate
                 seen += 1
                 if seen > MAX_RANGE_EXECUTIONS:
                     raise InvalidRequest(
@@ -174,6 +177,14 @@ class ReplayService:
             filters = ExecutionFilters(
                 since=since, until=until, before=(last.decided_at_ms, last.execution_id)
             )
+
+
+def _is_approval_outcome(record: ExecutionRecord) -> bool:
+    """The PERMIT or DENY an approval issued (docs/approvals.md): it carries its
+    ESCALATE's evaluation input, whose approval terms only an ESCALATE may have."""
+    if record.decision == "ESCALATE" or '"approval"' not in record.evaluation_input:
+        return False
+    return "approval" in json.loads(record.evaluation_input)
 
 
 def _recorded(record: ExecutionRecord) -> RecordedExecution:

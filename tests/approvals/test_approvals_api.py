@@ -309,3 +309,12 @@ async def test_the_usage_report_counts_an_approved_request_once(
     usage = (await client.get("/operator/usage", headers=org.auditor)).json()
     assert usage["executes"]["by_decision"]["ESCALATE"] == 1
     assert usage["executes"]["by_decision"]["PERMIT"] == 0
+
+
+async def test_a_range_replay_re_evaluates_the_escalate_not_its_outcome(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    escalation = await escalate(client, org)
+    await vote(client, escalation["approval_id"], org.approvers[0])
+    report = (await client.post("/operator/replay", json={}, headers=org.auditor)).json()
+    assert report == {"replayed": 1, "matched": 1, "mismatches": []}
