@@ -30,7 +30,6 @@ from execauth.keyring import (
     unseal_signer,
 )
 from execauth.metrics import Metrics
-from execauth.streaming.metrics import StreamCollector
 from execauth.server_secret import ServerSecret
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
@@ -40,6 +39,7 @@ from execauth.store.ledger import LogStore
 from execauth.store.remote_writer import RemoteReceiptWriter
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
+from execauth.streaming.metrics import StreamCollector
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Plan
 
