@@ -8,9 +8,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.measure import Measurement
@@ -18,6 +17,11 @@ from rich.table import Table
 from rich.text import Text
 
 from execauth.cli.options import DEFAULT_URL as DEFAULT_URL  # re-exported
+
+if TYPE_CHECKING:
+    # Imported where a call is made: commands that never reach the service (policy check,
+    # policy test) would otherwise pay ~0.15 s for httpx at every start.
+    import httpx
 from execauth.cli.options import UrlOption as UrlOption  # re-exported
 from execauth.wire_time import parse_timestamp
 
@@ -57,6 +61,8 @@ def console_call(
     refused request came from, so error details read ``file:line``. ``prefix="/operator"``
     with ``token_env="EXECAUTH_API_KEY"`` calls the operator surface as an org's own key.
     """
+    import httpx
+
     token = os.environ.get(token_env, "").strip()
     if not token:
         typer.echo(
@@ -104,6 +110,8 @@ def console_stream(
     transfer: an answer of any size arrives as long as it keeps arriving. Failures exit
     as ``console_call``'s do, also one that breaks the body off half way.
     """
+    import httpx
+
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         typer.echo(f"error: {TOKEN_ENV} is not set (it is never accepted as a flag)", err=True)
