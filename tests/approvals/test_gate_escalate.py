@@ -57,9 +57,11 @@ def test_gate_exits_77_on_escalate_and_does_not_run_the_command(
     marker = tmp_path / "ran"
     command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     result = CliRunner().invoke(
-        app, ["gate", "--surface", "deploy.production", "--actor", "release-bot", *command],
+        app,
+        ["gate", "--timeout", "60", "--surface", "deploy.production", "--actor", "release-bot",
+         *command],
         env=env,
     )  # fmt: skip
-    assert result.exit_code == 77, result.output
+    assert result.exit_code == 77, (result.output, result.stderr)
     assert not marker.exists()
     assert "ESCALATE" in result.stderr
