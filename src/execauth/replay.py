@@ -106,7 +106,7 @@ class ReplayService:
 
     # --- blocking parts, run in a worker thread ------------------------------
     def _replay_record(self, record: ExecutionRecord) -> dict[str, Any]:
-        execution = _recorded(record)
+        execution = recorded_execution(record)
         policy = self._policy_version(record.org_id, record.policy_id, record.policy_version)
         before, after = recorded_outcome(execution), replay(policy, execution)
         return {
@@ -141,7 +141,7 @@ class ReplayService:
             if stored.policy_id != draft.ref.policy_id
         ]
         policies = PolicySet([*active, draft])
-        records = (_recorded(r) for r in self._history(org_id, since, until))
+        records = (recorded_execution(r) for r in self._history(org_id, since, until))
         return impact(policies, records), replaced
 
     def _policy_version(self, org_id: str, policy_id: str, version: int) -> CompiledPolicy:
@@ -187,7 +187,8 @@ def _is_approval_outcome(record: ExecutionRecord) -> bool:
     return "approval" in json.loads(record.evaluation_input)
 
 
-def _recorded(record: ExecutionRecord) -> RecordedExecution:
+def recorded_execution(record: ExecutionRecord) -> RecordedExecution:
+    """A stored execution as replay (and the console's "why") re-evaluates it."""
     return RecordedExecution.from_stored(
         execution_id=record.execution_id,
         decision=record.decision,

@@ -24,8 +24,7 @@ from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.keyring import key_list_document
 from execauth.policy.engine import PolicySet
 from execauth.policy.explain import explain
-from execauth.policy.replay import RecordedExecution
-from execauth.replay import ReplayService
+from execauth.replay import ReplayService, recorded_execution
 from execauth.service import ExecutionService
 from execauth.store.executions import ExecutionRecord
 from execauth.tenancy.quota import month_period
@@ -195,15 +194,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         decided (``policy.explain`` shares its steps with the server's evaluation). A
         trace that cannot be built is said on the page; the rest of the page still shows.
         """
-        recorded = RecordedExecution.from_stored(
-            execution_id=record.execution_id,
-            decision=record.decision,
-            rule_id=record.rule_id,
-            reason=record.reason,
-            policy_id=record.policy_id,
-            policy_version=record.policy_version,
-            evaluation_input=record.evaluation_input,
-        )
+        recorded = recorded_execution(record)
         stored = runtime.control.get_policy(record.org_id, record.policy_id, record.policy_version)
         if stored is None:
             return None, f"policy {record.policy_id} v{record.policy_version} is not stored"
