@@ -24,7 +24,9 @@ def _cookbook_conditions() -> list[str]:
 
 @pytest.mark.parametrize("condition", _cookbook_conditions())
 def test_every_cookbook_condition_parses(condition: str) -> None:
-    assert parse(condition).kind in {"binary", "unary", "literal", "call", "macro"}
+    # A bare field (``escalate: context.destructiveHint``) is a condition too.
+    kinds = {"binary", "unary", "literal", "call", "macro", "select"}
+    assert parse(condition).kind in kinds
 
 
 def test_operators_bind_by_cel_precedence() -> None:
