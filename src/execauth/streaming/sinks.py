@@ -7,6 +7,7 @@ else raises ``DeliveryFailed`` and the dispatcher retries the whole batch later.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import datetime
 from typing import Protocol
@@ -73,12 +74,17 @@ class JetStreamSink:
 
     async def _connection(self) -> NatsClient:
         if self._client is None or self._client.is_closed:
-            self._client = await nats.connect(
-                self._server_url,
-                connect_timeout=self._timeout,
-                allow_reconnect=False,  # the dispatcher's backoff is the retry policy
-                max_reconnect_attempts=0,
-            )
+            # nats-py keeps trying an unreachable server inside connect() even with
+            # reconnects off, so the attempt is bounded here; the dispatcher's backoff
+            # is the retry policy. Its errors reach us as exceptions, not as log lines.
+            async with asyncio.timeout(self._timeout):
+                self._client = await nats.connect(
+                    self._server_url,
+                    connect_timeout=self._timeout,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=0,
+                    error_cb=_ignore,
+                )
         return self._client
 
     async def deliver(self, events: list[DecisionEvent], now: datetime) -> None:
@@ -99,3 +105,7 @@ class JetStreamSink:
             # Closing a broken connection: nothing is left to tell anyone.
             with contextlib.suppress(NatsError, OSError):
                 await client.close()
+
+
+async def _ignore(error: Exception) -> None:
+    """nats-py's error callback: a failed delivery is reported by ``DeliveryFailed``."""
