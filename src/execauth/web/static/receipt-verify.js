@@ -7,7 +7,9 @@
 const SIGNATURE_PREFIX = "ed25519:";
 const KEY_ID_PREFIX = "service_key_";
 const UNSIGNED_FIELDS = new Set(["signature", "authoritySignature", "receiptHash"]);
-const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE"]);
+// ESCALATE (held for a person's approval, docs/approvals.md) is authentic or not like the
+// others, and never a permission.
+const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE", "ESCALATE"]);
 // DER SubjectPublicKeyInfo header of an Ed25519 key (RFC 8410): 12 bytes, then 32 raw bytes.
 const ED25519_SPKI_PREFIX = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00];
 
@@ -184,6 +186,9 @@ export async function verifyReceipt(receipt, keys, { now, issuer = null } = {}) 
     } catch {
       return fail("malformed_receipt", "PERMIT receipt has no valid expires_at");
     }
+  }
+  if (decision === "ESCALATE" && typeof receipt.approval_id !== "string") {
+    return fail("malformed_receipt", "ESCALATE receipt has no approval_id");
   }
   const detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
   return verdict(true, "valid", detail, { ...extra, expired, payload, digest });

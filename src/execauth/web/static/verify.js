@@ -7,7 +7,8 @@ const TAMPERED = new Set(["bad_signature", "receipt_hash_mismatch", "signature_f
 const KEY_PROBLEMS = new Set(["unknown_key", "revoked_key", "key_not_valid_at_timestamp"]);
 const SHOWN_FIELDS = ["decision", "enforcement", "surface", "action", "actor", "org_id", "issuer",
   "timestamp", "expires_at", "policy_id", "policy_version", "rule_id", "reason_code", "reasonCode",
-  "message", "receipt_id", "execution_id", "request_digest", "key_id"];
+  "message", "receipt_id", "execution_id", "request_digest", "key_id", "approval_id",
+  "approval_expires_at", "escalation_receipt_id"];
 
 const $ = (id) => document.getElementById(id);
 
@@ -29,7 +30,7 @@ const HEADLINES = {
   malformed: "Not a receipt this page can verify",
 };
 
-const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE"]);
+const DECISIONS = new Set(["PERMIT", "DENY", "SILENCE", "ESCALATE"]);
 
 /**
  * What the receipt's decision means for the reader, shown beside the signature verdict and
@@ -40,7 +41,7 @@ export function decisionShown(v, receipt) {
   const claimed = receipt && typeof receipt === "object" ? receipt.decision : undefined;
   const decision = DECISIONS.has(claimed) ? claimed : null;
   if (!decision) {
-    return { kind: "unknown", decision: "", text: "No decision", detail: "The receipt names no PERMIT, DENY or SILENCE." };
+    return { kind: "unknown", decision: "", text: "No decision", detail: "The receipt names no PERMIT, DENY, SILENCE or ESCALATE." };
   }
   if (!v || !v.authentic) {
     return { kind: "unverified", decision, text: `Unverified ${decision}`,
@@ -52,8 +53,16 @@ export function decisionShown(v, receipt) {
   }
   if (decision === "PERMIT") {
     const until = receipt.expires_at ? ` until ${receipt.expires_at}` : "";
+    // A PERMIT that an approval issued names who approved (signed with the rest).
+    const approvers = Array.isArray(receipt.approvers) && receipt.approvers.length
+      ? ` Approved by ${receipt.approvers.map((a) => (a && typeof a === "object" ? a.actor ?? a.key_id : a)).join(", ")}.`
+      : "";
     return { kind: "permit", decision, text: "PERMIT: allowed",
-      detail: `The service allowed this action${until}, for this surface and request only.` };
+      detail: `The service allowed this action${until}, for this surface and request only.${approvers}` };
+  }
+  if (decision === "ESCALATE") {
+    return { kind: "silence", decision, text: "ESCALATE: waiting for approval",
+      detail: "A person must approve this first; it allows nothing by itself. Do not proceed." };
   }
   if (decision === "DENY") {
     const why = receipt.message ? ` ${receipt.message}.` : "";
