@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     sequencer_interval_seconds: float = 0.25
     # Automatic signing-key rotation (docs/operations.md, "Signing keys"): each key signs
     # for the period; its successor is published the overlap before it takes over. On by
-    # default (spec §9: keys rotate periodically); "off" disables it. Durations as
+    # default (keys rotate periodically: docs/receipts.md); "off" disables it. Durations as
     # pydantic reads them: "90d", ISO 8601 "P90D" or "PT12H", or seconds in TOML.
     key_rotation_period: timedelta | None = timedelta(days=90)
     key_rotation_overlap: timedelta = timedelta(days=7)

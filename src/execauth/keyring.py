@@ -138,7 +138,7 @@ class SigningKeyRecord:
     revoked_at: datetime | None
 
     def status(self) -> str:
-        """The published status: ``revoked`` or ``active``, nothing else (spec §2.3).
+        """The published status: ``revoked`` or ``active``, nothing else (docs/receipts.md).
 
         A key past its retirement is still ``active``: its ``expires_at`` already
         tells a verifier that receipts dated from then on do not verify with it,

@@ -1,10 +1,11 @@
-"""The stateless shape check behind ``POST /protocol/verify-receipt`` (spec §4.3).
+"""The stateless shape check behind ``POST /protocol/verify-receipt`` (docs/receipts.md).
 
-The spec calls it a shape check "of a receipt's decision and timestamp", and the
-published variants disagree on everything else (variant B's SILENCE body carries no
-signature and no key id, its DENY no key id; spec §2.2 leaves reason codes other
-than the two it shows open). So by default only ``decision`` and ``timestamp`` are
-required, and every other field is checked for consistency *when present*: the
+The contract calls it a shape check "of a receipt's decision and timestamp"
+(docs/receipts.md, "Shape check"), and the published variants disagree on everything
+else (variant B's SILENCE body carries no signature and no key id, its DENY no key id;
+the contract leaves reason codes other than the two it shows open). So by default only
+``decision`` and ``timestamp`` are required, and every other field is checked for
+consistency *when present*: the
 enforcement follows the decision, ``expires_at`` comes after ``timestamp`` and only
 on a PERMIT, identifiers and signatures have their documented forms, a reason code
 is code-shaped. What a full receipt would carry but this one lacks is a *warning*,
@@ -47,8 +48,8 @@ _ENFORCEMENT = {
     "SILENCE": "BLOCKED",
     "ESCALATE": "BLOCKED",  # nothing runs until the approval's PERMIT (docs/approvals.md)
 }
-# The values spec §2.2 shows; strict mode holds a receipt to them, as this service
-# always sends them (the detailed code travels in reasonCode).
+# The two values the contract shows (docs/receipts.md); strict mode holds a receipt to
+# them, as this service always sends them (the detailed code travels in reasonCode).
 _SHOWN_REASON = {
     "DENY": "POLICY_VIOLATION",
     "SILENCE": "INDETERMINATE_EVALUATION",
