@@ -83,6 +83,8 @@ def subscribe(
     next_index: int = 0,
 ) -> Subscription:
     subscription_id = "sub_" + secrets.token_hex(8)
+    if sink == "webhook" and secret is None:
+        secret = new_webhook_secret()  # a test that checks signatures passes its own
     sealed = seal_webhook_secret(server_secret, subscription_id, secret) if secret else None
     subscription = Subscription(
         subscription_id=subscription_id,
@@ -180,7 +182,6 @@ async def test_nothing_is_delivered_twice_once_acknowledged(
         sink="webhook",
         target=receiver.url,
         server_secret=server_secret,
-        secret=new_webhook_secret(),
     )
     worker = dispatcher()
     assert await worker.run_once() == 2
@@ -206,7 +207,6 @@ async def test_the_cursor_stays_until_the_sink_acknowledges_and_retries_back_off
         sink="webhook",
         target=receiver.url,
         server_secret=server_secret,
-        secret=new_webhook_secret(),
     )
     clock = Clock()
     worker = dispatcher(clock)
@@ -249,7 +249,6 @@ async def test_after_the_last_attempt_the_subscription_waits_in_dead_letter_then
         sink="webhook",
         target=receiver.url,
         server_secret=server_secret,
-        secret=new_webhook_secret(),
     )
     clock = Clock()
     worker = dispatcher(clock, max_attempts=2)
@@ -287,7 +286,6 @@ async def test_a_subscription_can_start_at_a_chosen_point_in_the_log(
         sink="webhook",
         target=receiver.url,
         server_secret=server_secret,
-        secret=new_webhook_secret(),
         next_index=3,
     )
     assert await dispatcher().run_once() == 2
@@ -310,7 +308,6 @@ async def test_one_subscription_is_delivered_by_one_instance_at_a_time(
         sink="webhook",
         target=receiver.url,
         server_secret=server_secret,
-        secret=new_webhook_secret(),
     )
     clock = Clock()
     first = dispatcher(clock)
@@ -336,7 +333,6 @@ async def test_a_cursor_moved_by_another_instance_is_not_moved_back(
         sink="webhook",
         target="http://127.0.0.1:9/",
         server_secret=server_secret,
-        secret=new_webhook_secret(),
     )
     lease = timedelta(seconds=30)
     assert store.claim_due("a", START, lease)
@@ -451,7 +447,6 @@ async def test_a_sink_that_never_answers_does_not_hold_up_decisions(
             sink="webhook",
             target=silent.url,
             server_secret=server_secret,
-            secret=new_webhook_secret(),
         )
         worker = Dispatcher(
             store,
