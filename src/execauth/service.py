@@ -281,7 +281,8 @@ class ExecutionService:
         )
         prior = await self.runtime.writer.write(record, quota_for(plan, now))
         if prior is not None:
-            return await self._repeat(org.org_id, prior, request)
+            # The writer counted the repeat in the transaction that found it.
+            return await self._repeat(org.org_id, prior, request, counted=True)
         return ExecuteResult(body, decision.outcome.value, repeated=False)
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
@@ -293,19 +294,20 @@ class ExecutionService:
         )
         if prior is None:
             return None
-        return await self._repeat(org_id, prior, request)
+        return await self._repeat(org_id, prior, request, counted=False)
 
     async def _repeat(
-        self, org_id: str, prior: PriorExecution, request: ExecuteRequest
+        self, org_id: str, prior: PriorExecution, request: ExecuteRequest, *, counted: bool
     ) -> ExecuteResult:
         if prior.request_digest != request.digest:
             raise IdempotencyConflict(
                 "this idempotency key was already used for a different request"
             )
-        # A count and the last time per execution, not a row per repeat (bounded storage).
-        await anyio.to_thread.run_sync(
-            self.runtime.executions.record_repeat, org_id, prior.execution_id, self.clock()
-        )
+        if not counted:
+            # A count and the last time per execution, not a row per repeat (bounded storage).
+            await anyio.to_thread.run_sync(
+                self.runtime.executions.record_repeat, org_id, prior.execution_id, self.clock()
+            )
         if prior.decision == Outcome.ESCALATE.value:
             # The current state: the ESCALATE while pending, else its outcome receipt.
             approval = await self.approval(org_id, approval_id_for(prior.execution_id))

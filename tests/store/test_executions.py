@@ -11,6 +11,8 @@ first and the unique index finds the repeats, statistics or not.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import threading
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from execauth.store.executions import (
     prior_execution,
 )
 from execauth.store.tables import execution_events, execution_repeats, executions
+from execauth.store.writer import ReceiptWriter
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck
@@ -397,3 +400,28 @@ def test_repeats_are_listed_among_other_lineage_events_by_time(engine: Engine) -
         "idempotent_repeat",
     ]
     assert reads.lineage(OTHER, first.execution_id) == []
+
+
+def test_the_writer_counts_the_repeats_it_finds(engine: Engine) -> None:
+    """In the transaction that found them: a retry storm adds no write transaction of its
+    own to compete for the write lock (docs/decisions.md, "repeats")."""
+    first = record("stormed")
+    conflicting = dataclasses.replace(first, request_digest="sha256:" + "1" * 64)
+
+    async def send_all() -> list[PriorExecution | None]:
+        writer = ReceiptWriter(engine, timeout_seconds=10.0)
+        writer.start()
+        try:
+            answers = [await writer.write(first)]
+            # The same request twice in one batch, and once with another request's digest.
+            answers += await asyncio.gather(
+                writer.write(first), writer.write(first), writer.write(conflicting)
+            )
+            return answers
+        finally:
+            writer.stop()
+
+    answers = asyncio.run(send_all())
+    assert answers == [None, prior_of(first), prior_of(first), prior_of(first)]
+    [repeats] = ExecutionStore(engine).lineage(ORG, first.execution_id)
+    assert repeats.details["repeats"] == 2  # the conflicting request is not a repeat

@@ -411,6 +411,46 @@ def prior_execution(conn: Connection, org_id: str, idempotency_key: str) -> Prio
     return PriorExecution(row[0], row[1], row[2], bytes(row[3])) if row is not None else None
 
 
+def count_repeats(conn: Connection, repeats: Sequence[tuple[str, str, datetime]]) -> None:
+    """Count idempotent repeats, given as (org, execution, when) (docs/decisions.md, "repeats").
+
+    One upsert per distinct execution, of a fixed-size row: however often a client
+    retries, an execution keeps one row of repeats (a count, the first and the last
+    time), so retries cannot grow storage that the quota does not count. The writer
+    calls this inside the transaction that found the repeats, so a retry storm adds
+    no write transaction of its own to compete for the database's write lock.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for org_id, execution_id, at in repeats:
+        row = merged.get(execution_id)
+        if row is None:
+            merged[execution_id] = {
+                "execution_id": execution_id,
+                "org_id": org_id,
+                "repeats": 1,
+                "first_repeated_at": at,
+                "last_repeated_at": at,
+            }
+        else:
+            row["repeats"] += 1
+            row["first_repeated_at"] = min(row["first_repeated_at"], at)
+            row["last_repeated_at"] = max(row["last_repeated_at"], at)
+    postgres = conn.dialect.name == "postgresql"
+    dialect: Any = postgresql if postgres else sqlite
+    statement = dialect.insert(execution_repeats)
+    later = func.greatest if postgres else func.max
+    statement = statement.on_conflict_do_update(
+        index_elements=[execution_repeats.c.execution_id],
+        set_={
+            "repeats": execution_repeats.c.repeats + statement.excluded.repeats,
+            "last_repeated_at": later(
+                execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
+            ),
+        },
+    )
+    conn.execute(statement, list(merged.values()))
+
+
 class ExecutionStore:
     """Reads of stored executions (writes go through ``store.writer.ReceiptWriter``)."""
 
@@ -455,35 +495,13 @@ class ExecutionStore:
             )
 
     def record_repeat(self, org_id: str, execution_id: str, now: datetime) -> None:
-        """Count one idempotent repeat of ``execution_id`` (docs/decisions.md, "repeats").
+        """Count one idempotent repeat of ``execution_id`` in a transaction of its own.
 
-        One upsert of a fixed-size row: however often a client retries, an execution
-        keeps one row of repeats (a count, the first and the last time), so retries
-        cannot grow storage that the quota does not count.
+        Only for repeats the writer never saw (a surface whose policy is gone); the
+        writer counts the others inside its batch (``count_repeats``).
         """
-        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
-        statement = dialect.insert(execution_repeats).values(
-            execution_id=execution_id,
-            org_id=org_id,
-            repeats=1,
-            first_repeated_at=now,
-            last_repeated_at=now,
-        )
-        statement = statement.on_conflict_do_update(
-            index_elements=[execution_repeats.c.execution_id],
-            set_={
-                "repeats": execution_repeats.c.repeats + 1,
-                "last_repeated_at": func.max(
-                    execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
-                )
-                if dialect is sqlite
-                else func.greatest(
-                    execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
-                ),
-            },
-        )
         with self.engine.begin() as conn:
-            conn.execute(statement)
+            count_repeats(conn, [(org_id, execution_id, now)])
 
     def usage_rows(self, org_id: str | None, start: datetime, end: datetime) -> list[UsageRow]:
         """Executes decided in [start, end) grouped by org, surface and decision.

@@ -33,6 +33,7 @@ from execauth.store.executions import (
     PriorExecution,
     QuotaExhausted,
     WriteOutcome,
+    count_repeats,
     insert_batch,
     insert_execution,
 )
@@ -212,6 +213,9 @@ class ReceiptWriter:
                     results = [insert_execution(conn, batch[0].record, batch[0].quota)]
                 else:
                     results = insert_batch(conn, [(p.record, p.quota) for p in batch])
+                repeats = _repeats(batch, results)
+                if repeats:
+                    count_repeats(conn, repeats)
         except Exception:
             # The connection may be broken (server gone, disk full): start afresh next time.
             conn.close()
@@ -220,6 +224,20 @@ class ReceiptWriter:
         if self.on_commit is not None:
             self.on_commit(len(batch), time.perf_counter() - started)
         return results
+
+
+def _repeats(batch: list[_Pending], results: list[WriteOutcome]) -> list[tuple[str, str, datetime]]:
+    """The batch's idempotent repeats: same key, same request (a different request is a
+    conflict, answered 409 and not counted)."""
+    return [
+        (p.record.org_id, result.execution_id, _decided_at(p.record))
+        for p, result in zip(batch, results, strict=True)
+        if isinstance(result, PriorExecution) and result.request_digest == p.record.request_digest
+    ]
+
+
+def _decided_at(record: ExecutionRecord) -> datetime:
+    return datetime.fromtimestamp(record.decided_at_ms / 1000, UTC)
 
 
 def expire_unconfirmed(future: asyncio.Future[Any]) -> None:
