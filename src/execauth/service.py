@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import anyio.to_thread
 import msgspec
 
+from execauth import tracing
 from execauth.approvals import State, Terms, Vote
 from execauth.errors import (
     Forbidden,
@@ -224,34 +225,38 @@ class ExecutionService:
         if not key.allows_surface(request.surface):
             raise Forbidden(f"this API key may not request surface {request.surface!r}")
 
-        policy_set = await self.policies.policy_set(org.org_id)
-        selected = policy_set.select(request.surface)
-        if selected is None:
-            repeated = await self._stored_repeat(org.org_id, request)
-            if repeated is not None:
-                return repeated
-            raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
-        policy, block = selected
+        # A cache miss reads the policy from the database: part of the step.
+        with tracing.step("evaluate"):
+            policy_set = await self.policies.policy_set(org.org_id)
+            selected = policy_set.select(request.surface)
+            if selected is None:
+                repeated = await self._stored_repeat(org.org_id, request)
+                if repeated is not None:
+                    return repeated
+                raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
+            policy, block = selected
 
-        plan = self._plan(org)
-        now = truncate_to_millis(self.clock())
-        evaluation_input = request.evaluation_input()
-        org_facts = org.facts()
-        decision = evaluate(block, evaluation_input, now=now, org=org_facts)
-        signer = self.runtime.keyring.signer(now)
-        unsigned = build_receipt(
-            receipt_id=new_receipt_id(),
-            execution_id=new_execution_id(now),
-            request=request,
-            decision=decision,
-            policy=policy.ref,
-            org_id=org.org_id,
-            issuer=self.runtime.settings.issuer,
-            now=now,
-            key_id=signer.key_id,
-        )
-        receipt, _payload = sign_receipt(unsigned, signer)
-        body = msgspec.json.encode(receipt)
+            plan = self._plan(org)
+            now = truncate_to_millis(self.clock())
+            evaluation_input = request.evaluation_input()
+            org_facts = org.facts()
+            decision = evaluate(block, evaluation_input, now=now, org=org_facts)
+        with tracing.step("sign"):
+            signer = self.runtime.keyring.signer(now)
+            unsigned = build_receipt(
+                receipt_id=new_receipt_id(),
+                execution_id=new_execution_id(now),
+                request=request,
+                decision=decision,
+                policy=policy.ref,
+                org_id=org.org_id,
+                issuer=self.runtime.settings.issuer,
+                now=now,
+                key_id=signer.key_id,
+            )
+            receipt, _payload = sign_receipt(unsigned, signer)
+            body = msgspec.json.encode(receipt)
+        tracing.annotate(receipt_id=receipt["receipt_id"], execution_id=receipt["execution_id"])
         stored_input: dict[str, object] = {
             "request": evaluation_input,
             "org": org_facts,
@@ -279,7 +284,8 @@ class ExecutionService:
             evaluation_input=msgspec.json.encode(stored_input).decode(),
             receipt=body,
         )
-        prior = await self.runtime.writer.write(record, quota_for(plan, now))
+        with tracing.step("commit"):  # the wait until the receipt is durable
+            prior = await self.runtime.writer.write(record, quota_for(plan, now))
         if prior is not None:
             # The writer counted the repeat in the transaction that found it.
             return await self._repeat(org.org_id, prior, request, counted=True)

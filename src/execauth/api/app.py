@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
+from execauth import tracing
 from execauth.api.admission import OperatorAdmission, admission_limits, guard_heavy_routes
 from execauth.api.console import console_routes
 from execauth.api.errors import (
@@ -74,8 +75,13 @@ def create_app(
     # Decision streaming runs beside the sequencer: here, or in the writer process.
     dispatcher = dispatcher_for(runtime.settings, runtime.engine, runtime.secret)
 
+    # Checked now: a bad OTEL_* value stops serve before it listens (docs/observability.md).
+    tracing_middleware = tracing.middleware()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Here, in the serving process: each uvicorn worker gets its own span exporter thread.
+        tracing.start()
         runtime.start()
         # Else the writer process of ``serve --workers N`` sequences and streams.
         in_process = isinstance(runtime.writer, ReceiptWriter)
@@ -94,11 +100,15 @@ def create_app(
             await anyio.to_thread.run_sync(dispatcher.stop)
         await anyio.to_thread.run_sync(sequencer.stop)
         await anyio.to_thread.run_sync(runtime.stop)
+        await anyio.to_thread.run_sync(tracing.stop)  # flush the last spans
 
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(IssuerOriginCheck, issuer=runtime.settings.issuer)],
+        middleware=[
+            *tracing_middleware,
+            Middleware(IssuerOriginCheck, issuer=runtime.settings.issuer),
+        ],
         exception_handlers={
             ExecauthError: handle_execauth_error,
             HTTPException: handle_http_exception,

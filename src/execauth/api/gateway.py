@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from execauth import tracing
 from execauth.api.approval_routes import approval_routes
 from execauth.api.wire import (
     json_response,
@@ -56,13 +57,18 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
 
     async def _execute(request: Request) -> Response:
         request_id(request)
-        principal = await service.authenticate(request.headers.get("authorization"))
+        with tracing.step("authenticate"):
+            principal = await service.authenticate(request.headers.get("authorization"))
+        tracing.annotate(org_id=principal.org.org_id)
         request.state.org_profile = principal.org.wire_profile
-        rate_limit_headers = (await service.admit(principal)).headers()
+        with tracing.step("rate_limit"):
+            rate_limit_headers = (await service.admit(principal)).headers()
         request.state.rate_limit_headers = rate_limit_headers  # errors from here on carry them
         body = await read_json_body(request, settings.max_body_bytes)
         execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
+        tracing.annotate(surface=execute_request.surface)
         result = await service.execute(principal, execute_request)
+        tracing.annotate(decision=result.decision, repeated=result.repeated)
         status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
         headers = {
             **profile_headers(request),
