@@ -86,6 +86,7 @@ def check_receipt_shape(receipt: Any, *, strict: bool = False) -> ShapeVerdict:
     _check_reason_code(receipt, decision, errors, warnings, strict=strict)
     _check_forms(receipt, errors)
     _check_signature_fields(receipt, errors, warnings)
+    _check_grant(receipt, decision, errors)
     if decision == "ESCALATE" and "approval_id" not in receipt:
         errors.append("an ESCALATE must carry approval_id (what to follow for the outcome)")
     if strict:
@@ -160,6 +161,19 @@ def _check_reason_code(
         errors.append(f"reason_code of a {decision} must be {shown}")
     elif code in _SHOWN_REASON.values() and code != shown:
         warnings.append(f"reason_code {code} is the code shown for another decision")
+
+
+def _check_grant(receipt: dict[str, Any], decision: str | None, errors: list[str]) -> None:
+    """A bound grant (docs/receipts.md, "Constraints"): ``constraints`` a non-empty object,
+    ``single_use`` the literal ``true`` (omitted when false); on a PERMIT or an ESCALATE."""
+    present = [name for name in ("constraints", "single_use") if name in receipt]
+    if present and decision in ("DENY", "SILENCE"):
+        errors.append(f"a {decision} carries no {' or '.join(present)} (a PERMIT's bound grant)")
+    constraints = receipt.get("constraints")
+    if "constraints" in receipt and (not isinstance(constraints, dict) or not constraints):
+        errors.append("constraints must be a non-empty JSON object (omitted when none)")
+    if "single_use" in receipt and receipt["single_use"] is not True:
+        errors.append("single_use must be true (omitted when false)")
 
 
 def _check_forms(receipt: dict[str, Any], errors: list[str]) -> None:

@@ -100,6 +100,10 @@ def build_receipt(
     receipt["policy_version"] = policy.version
     receipt["policy_hash"] = policy.policy_hash
     receipt["rule_id"] = decision.rule_id
+    if decision.outcome in (Outcome.PERMIT, Outcome.ESCALATE):
+        # The bound grant, signed like every field (docs/receipts.md): an ESCALATE shows
+        # its approvers what the PERMIT will be bound to, and the PERMIT copies it.
+        _grant(receipt, decision.constraints, decision.single_use)
     if decision.outcome is not Outcome.PERMIT:
         receipt["reason_code"] = decision.reason_category
         receipt["reasonCode"] = decision.reason
@@ -149,7 +153,15 @@ def build_outcome_receipt(
         receipt["expires_at"] = format_timestamp(now + timedelta(seconds=permit_ttl_seconds))
     for name in _LINKED_FIELDS[5:]:
         receipt[name] = escalation[name]
-    if not permitted:
+    if permitted:
+        # The escalate rule's bound grant, as the signed ESCALATE stated it.
+        constraints = escalation.get("constraints")
+        _grant(
+            receipt,
+            constraints if isinstance(constraints, Mapping) else None,
+            escalation.get("single_use") is True,
+        )
+    else:
         reason = "SERVICE_POLICY_APPROVAL_" + ("REJECTED" if outcome == "rejected" else "EXPIRED")
         receipt["reason_code"] = "POLICY_VIOLATION"
         receipt["reasonCode"] = reason
@@ -163,6 +175,16 @@ def build_outcome_receipt(
     receipt["request_digest"] = escalation["request_digest"]
     receipt["key_id"] = key_id
     return receipt
+
+
+def _grant(
+    receipt: dict[str, Any], constraints: Mapping[str, Any] | None, single_use: bool
+) -> None:
+    """``constraints`` and ``single_use``, each omitted when it binds nothing."""
+    if constraints:
+        receipt["constraints"] = dict(constraints)
+    if single_use:
+        receipt["single_use"] = True
 
 
 def sign_receipt(unsigned: Mapping[str, Any], signer: Signer) -> tuple[dict[str, Any], bytes]:

@@ -16,7 +16,10 @@ A PERMIT is *usable* only while ``now < expires_at``; expiry is reported apart
 from authenticity. An ESCALATE is authentic or not like any other decision, and never
 usable: it names an ``approval_id`` whose outcome is a receipt of its own. An outcome
 receipt (``approval_id`` with ``approval_outcome``) lists its approvers; since they are
-signed, the verdict reports them (docs/approvals.md).
+signed, the verdict reports them (docs/approvals.md). It reports a PERMIT's bound grant too,
+``constraints`` and ``single_use`` (docs/receipts.md): signed like every field, so a
+receipt whose constraints were altered fails as ``bad_signature``; present but malformed
+(not a non-empty object, not ``true``) it is ``malformed_receipt``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +66,8 @@ class Verdict:
     expired: bool = False
     approval_id: str | None = None  # an ESCALATE, or the outcome of one
     approvers: tuple[str, ...] = ()  # key ids that approved (an approval's PERMIT)
+    constraints: Mapping[str, Any] | None = None  # the bound grant the executor must respect
+    single_use: bool = False  # the PERMIT must be consumed before acting
 
     @property
     def usable(self) -> bool:
@@ -193,9 +199,18 @@ def verify_receipt(
     approvers = _approvers(receipt.get("approvers"))
     if approvers is None:
         return fail("malformed_receipt", "approvers is not a list of {key_id, …} objects")
+    constraints = receipt.get("constraints")
+    if "constraints" in receipt and (not isinstance(constraints, dict) or not constraints):
+        return fail("malformed_receipt", "constraints is not a non-empty JSON object")
+    if receipt.get("single_use", True) is not True:
+        return fail("malformed_receipt", "single_use is present but not true")
     detail = "signature valid" + ("; PERMIT has expired" if expired else "")
     if approvers:
         detail += "; approved by " + ", ".join(approvers)
+    if isinstance(constraints, dict):
+        detail += "; constraints " + json.dumps(constraints, sort_keys=True, ensure_ascii=False)
+    if "single_use" in receipt:
+        detail += "; single use (consume before acting)"
     return Verdict(
         True,
         "valid",
@@ -205,6 +220,8 @@ def verify_receipt(
         expired,
         approval_id if isinstance(approval_id, str) else None,
         approvers,
+        constraints if isinstance(constraints, dict) else None,
+        "single_use" in receipt,
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Outcome(StrEnum):
@@ -70,6 +72,9 @@ class Decision:
 
     ``reason`` is the detailed ``SERVICE_POLICY_*`` code (``None`` on PERMIT);
     ``ttl_seconds`` is set on PERMIT only, ``escalation`` on ESCALATE only.
+    ``constraints`` (``None`` when the rule states none) and ``single_use`` are the bound
+    grant a PERMIT carries, or the one an ESCALATE's PERMIT will carry once approved
+    (docs/policy-language.md, "Constraints").
     """
 
     outcome: Outcome
@@ -78,6 +83,8 @@ class Decision:
     message: str | None
     ttl_seconds: int | None = None
     escalation: Escalation | None = None
+    constraints: Mapping[str, Any] | None = field(default=None, hash=False)
+    single_use: bool = False
 
     @property
     def enforcement(self) -> str:

@@ -11,6 +11,9 @@ Format (DESIGN.md §5, ``docs/policy-language.md``)::
           - id: main-only
             permit: context.branch == "main"
             ttl: 10m               # permits only; default 15m
+            constraints:           # bound grant: signed into the PERMIT (policy.constraints)
+              max_amount: {cel: "payload.limit"}
+            single_use: true       # the PERMIT may be consumed once
           - id: freeze
             deny: now.getDayOfWeek() == 5
             reason: SERVICE_POLICY_CHANGE_FREEZE
@@ -32,6 +35,7 @@ import rfc8785
 import yaml
 
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy import constraints as bound
 from execauth.policy.decision import DEFAULT_APPROVER_ROLES, DEFAULT_PERMIT_TTL_SECONDS, Escalation
 from execauth.surfaces import compile_surface_pattern
 
@@ -47,7 +51,7 @@ _TOP_FIELDS = {"policy_id", "description", "surfaces"}
 _BLOCK_FIELDS = {"match", "require", "rules", "description"}
 _RULE_FIELDS = {
     "id", "permit", "deny", "escalate", "reason", "message", "ttl", "description",
-    "approvers", "quorum", "approval_ttl",
+    "approvers", "quorum", "approval_ttl", "constraints", "single_use",
 }  # fmt: skip
 _EFFECTS = ("permit", "deny", "escalate")
 _ESCALATE_ONLY = ("approvers", "quorum", "approval_ttl")
@@ -55,6 +59,18 @@ _APPROVER_FIELDS = {"roles", "keys"}
 APPROVER_ROLES = ("admin", "auditor", "execute")  # tenancy.api_keys.ROLES
 APPROVER_KEY_PATTERN = re.compile(r"^key_[0-9a-z]{26}\Z")
 MAX_QUORUM = 10
+_GRANT_FIELDS = ("constraints", "single_use")  # what a PERMIT carries: not on deny rules
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """One constraint of a rule: a literal JSON ``value`` or a CEL ``expression``."""
+
+    name: str
+    value: Any  # the literal (None when computed)
+    expression: str | None  # the CEL source of ``{cel: ...}``
+    path: str
+    line: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +84,8 @@ class RuleSpec:
     path: str  # where it sits in the document, for error messages
     line: int | None
     escalation: Escalation | None = None  # escalate rules only
+    constraints: tuple[ConstraintSpec, ...] = ()  # permit and escalate rules only
+    single_use: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +365,21 @@ class _Checker:
                     ttl_seconds = parse_duration(raw["ttl"])
                 except ValueError as exc:
                     self.problem(f"{path}.ttl", str(exc), rule_id)
+        constraints: tuple[ConstraintSpec, ...] = ()
+        single_use = False
+        if effect == "deny":
+            for name in _GRANT_FIELDS:
+                if name in raw:
+                    self.problem(
+                        f"{path}.{name}", f"only permit and escalate rules have {name}", rule_id
+                    )
+        else:
+            if "constraints" in raw:
+                constraints = self.constraints(raw["constraints"], f"{path}.constraints", rule_id)
+            single_use = raw.get("single_use", False)
+            if not isinstance(single_use, bool):
+                self.problem(f"{path}.single_use", "single_use must be true or false", rule_id)
+                single_use = False
         escalation: Escalation | None = None
         if effect == "escalate":
             escalation = self.escalation(raw, path, rule_id, ttl_seconds)
@@ -366,7 +399,36 @@ class _Checker:
             path=f"{path}.{effect}",
             line=self.line(f"{path}.{effect}"),
             escalation=escalation,
+            constraints=constraints,
+            single_use=single_use,
         )
+
+    def constraints(self, raw: Any, path: str, rule_id: str | None) -> tuple[ConstraintSpec, ...]:
+        """Names checked, literal values checked now; CEL ones are compiled by the engine."""
+        if not isinstance(raw, dict) or not raw:
+            self.problem(path, "constraints is a non-empty mapping of name to value", rule_id)
+            return ()
+        if len(raw) > bound.MAX_CONSTRAINTS:
+            self.problem(path, f"more than {bound.MAX_CONSTRAINTS} constraints", rule_id)
+            return ()
+        specs: list[ConstraintSpec] = []
+        for name, value in raw.items():
+            where = f"{path}.{name}"
+            if (problem := bound.name_problem(name)) is not None:
+                self.problem(where, problem, rule_id)
+                continue
+            expression = bound.expression_of(value)
+            if expression is not None:
+                if not expression.strip():
+                    self.problem(where, "cel must be a CEL expression string", rule_id)
+                    continue
+                specs.append(ConstraintSpec(name, None, expression, where, self.line(where)))
+                continue
+            if (problem := bound.value_problem(name, value)) is not None:
+                self.problem(where, problem, rule_id)
+                continue
+            specs.append(ConstraintSpec(name, value, None, where, self.line(where)))
+        return tuple(specs)
 
     def escalation(
         self, raw: dict[str, Any], path: str, rule_id: str | None, ttl_seconds: int | None

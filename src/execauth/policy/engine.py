@@ -12,6 +12,7 @@ Agreement of the two is a property test (tests/policy/test_properties.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping
@@ -21,7 +22,9 @@ from typing import Any
 
 import cel
 
+from execauth.canonical import CanonicalizationError, canonical_json
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy.constraints import value_problem
 from execauth.policy.cost import (
     MAX_EVALUATION_COST,
     MAX_EXPRESSION_LENGTH,
@@ -39,7 +42,7 @@ from execauth.policy.decision import (
     PolicyRef,
     Reason,
 )
-from execauth.policy.document import PolicyDocument, RuleSpec
+from execauth.policy.document import ConstraintSpec, PolicyDocument, RuleSpec
 from execauth.policy.names import VARIABLES, closest, unknown_names
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
@@ -58,6 +61,17 @@ ALLOWED_FUNCTIONS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledConstraint:
+    """A rule's constraint: a literal ``value``, or a ``program`` run on the request."""
+
+    name: str
+    value: Any
+    source: str | None  # the CEL source when computed
+    program: cel.Program | None
+    cost: ExpressionCost | None
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledRule:
     id: str
     effect: str
@@ -68,6 +82,15 @@ class CompiledRule:
     ttl_seconds: int | None
     cost: ExpressionCost
     escalation: Escalation | None = None
+    constraints: tuple[CompiledConstraint, ...] = ()
+    single_use: bool = False
+
+    def programs(self) -> Iterable[tuple[cel.Program, ExpressionCost]]:
+        """The condition's program and every computed constraint's, with their costs."""
+        yield self.program, self.cost
+        for constraint in self.constraints:
+            if constraint.program is not None and constraint.cost is not None:
+                yield constraint.program, constraint.cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +104,10 @@ class CompiledBlock:
     free_up_to: float = field(init=False, compare=False)  # the least ExpressionCost.free_up_to
 
     def __post_init__(self) -> None:
-        used = {name for rule in self.rules for name in rule.program.variables()}
-        free = min((rule.cost.free_up_to() for rule in self.rules), default=math.inf)
+        # A computed constraint reads the request and costs steps like a condition.
+        programs = [pair for rule in self.rules for pair in rule.programs()]
+        used = {name for program, _ in programs for name in program.variables()}
+        free = min((cost.free_up_to() for _, cost in programs), default=math.inf)
         # A frozen dataclass sets its derived fields through object.__setattr__.
         object.__setattr__(self, "require_paths", tuple((".".join(p), p) for p in self.require))
         object.__setattr__(self, "unused_variables", frozenset(VARIABLES) - used)
@@ -140,10 +165,17 @@ def compile_policy(
                 for reason in limits:
                     refuse(reason)
                 continue
+            constraints = [
+                c
+                for spec in rule.constraints
+                if (c := _compile_constraint(spec, rule, problems, publishing)) is not None
+            ]
+            if len(constraints) != len(rule.constraints):
+                continue
             rules.append(
                 CompiledRule(
                     rule.id, rule.effect, rule.condition, program, rule.reason, rule.message,
-                    rule.ttl_seconds, cost, rule.escalation,
+                    rule.ttl_seconds, cost, rule.escalation, tuple(constraints), rule.single_use,
                 )
             )  # fmt: skip
         blocks.append(
@@ -156,6 +188,48 @@ def compile_policy(
     if problems:
         raise PolicyInvalid(problems)
     return CompiledPolicy(ref, tuple(blocks))
+
+
+def _compile_constraint(
+    spec: ConstraintSpec, rule: RuleSpec, problems: list[PolicyProblem], publishing: bool
+) -> CompiledConstraint | None:
+    """A literal as it is; a ``{cel: ...}`` under the same publish checks as a condition."""
+    source = spec.expression
+    if source is None:
+        return CompiledConstraint(spec.name, spec.value, None, None, None)
+
+    def refuse(reason: str) -> None:
+        problems.append(
+            PolicyProblem(
+                spec.path, f"constraint {spec.name}: {reason}", rule_id=rule.id, line=spec.line
+            )
+        )
+
+    if publishing and len(source) > MAX_EXPRESSION_LENGTH:
+        refuse(f"expression exceeds {MAX_EXPRESSION_LENGTH} characters")
+        return None
+    try:
+        program = cel.compile(source)
+    except (ValueError, RuntimeError) as exc:
+        refuse(f"CEL does not compile: {exc}")
+        return None
+    unknown = [f for f in program.functions() if f[0].isalpha() and f not in ALLOWED_FUNCTIONS]
+    if unknown:
+        named = ", ".join(_with_suggestion(f) for f in unknown)
+        refuse(f"unknown function(s) {named} (see docs/policy-language.md)")
+        return None
+    if publishing and (names := unknown_names(source)):
+        refuse(
+            f"unknown name(s) {', '.join(map(str, names))}: an expression reads only "
+            f"{', '.join(VARIABLES)} (see docs/policy-language.md)"
+        )
+        return None
+    cost = analyse(source)
+    if publishing and (limits := publish_problems(source, cost)):
+        for reason in limits:
+            refuse(reason)
+        return None
+    return CompiledConstraint(spec.name, None, source, program, cost)
 
 
 def _with_suggestion(function: str) -> str:
@@ -285,7 +359,7 @@ def evaluate(
                 escalates.append(rule)
         elif value is not False:
             return _failed(rule, _not_boolean(rule, value))
-    return _conclude(permits, denies, escalates)
+    return _bind(_conclude(permits, denies, escalates), permits, escalates, activation, None)
 
 
 def trace(
@@ -326,8 +400,12 @@ def _run_rules(
     permits = [r.rule for r in results if r.matched and r.rule.effect == "permit"]
     denies = [r.rule for r in results if r.matched and r.rule.effect == "deny"]
     escalates = [r.rule for r in results if r.matched and r.rule.effect == "escalate"]
-    decision = _conclude(permits, denies, escalates)
-    return Trace(block, decision, requires, tuple(results), _row(permits, denies, escalates), size)
+    concluded = _conclude(permits, denies, escalates)
+    decision = _bind(concluded, permits, escalates, activation, size)
+    row = _row(permits, denies, escalates)
+    if decision is not concluded and decision.outcome is Outcome.SILENCE:
+        row = "a constraint could not be bound"
+    return Trace(block, decision, requires, tuple(results), row, size)
 
 
 def _activation(
@@ -417,6 +495,90 @@ def _run(rule: CompiledRule, activation: cel.Context, size: InputSize) -> bool |
     if result is True or result is False:
         return bool(result)
     return _not_boolean(rule, result)
+
+
+class _Unbound(Exception):
+    """A constraint whose value cannot be computed or is not a valid value: SILENCE."""
+
+
+def _bind(
+    decision: Decision,
+    permits: list[CompiledRule],
+    escalates: list[CompiledRule],
+    activation: cel.Context,
+    size: InputSize | None,
+) -> Decision:
+    """``decision`` with the bound grant of the rules behind it (docs/policy-language.md,
+    "Constraints"): every matching permit rule's constraints for a PERMIT, the deciding
+    escalate rule's for an ESCALATE. A constraint that cannot be computed, or two permit
+    rules binding one name to different values, is SILENCE: never a PERMIT without the
+    constraints its rules state. ``size`` is None when the caller has already found the
+    request within every program's cost limit (``CompiledBlock.free_up_to``)."""
+    if decision.outcome is Outcome.PERMIT:
+        rules = permits
+    elif decision.outcome is Outcome.ESCALATE:
+        rules = escalates[:1]
+    else:
+        return decision
+    if not any(rule.constraints or rule.single_use for rule in rules):
+        return decision
+    values: dict[str, Any] = {}
+    forms: dict[str, tuple[bytes, str]] = {}  # name -> (canonical JSON, rule that bound it)
+    for rule in rules:
+        for constraint in rule.constraints:
+            try:
+                value = _constraint_value(rule, constraint, activation, size)
+            except _Unbound as exc:
+                return _failed(rule, str(exc))
+            form = canonical_json(value)  # value_problem has checked that it has one
+            earlier = forms.get(constraint.name)
+            if earlier is not None and earlier[0] != form:
+                return Decision(
+                    Outcome.SILENCE,
+                    rule.id,
+                    Reason.CONFLICT,
+                    f"permit rules {earlier[1]} and {rule.id} bind constraint "
+                    f"{constraint.name} to different values",
+                )
+            forms[constraint.name] = (form, rule.id)
+            values[constraint.name] = value
+    return dataclasses.replace(
+        decision,
+        constraints=values or None,
+        single_use=any(rule.single_use for rule in rules),
+    )
+
+
+def _constraint_value(
+    rule: CompiledRule,
+    constraint: CompiledConstraint,
+    activation: cel.Context,
+    size: InputSize | None,
+) -> Any:
+    """The literal, or the program's result checked as a value of its constraint."""
+    if constraint.program is None:
+        return constraint.value
+    where = f"rule {rule.id} constraint {constraint.name}"
+    cost = constraint.cost
+    if size is not None and cost is not None:
+        if cost.unreadable is not None:
+            raise _Unbound(f"{where} cannot be bounded in cost: {cost.unreadable}")
+        if not cost.within_limit(size):
+            raise _Unbound(
+                f"{where} exceeds the evaluation cost limit: estimated "
+                f"{cost.steps(size):,.0f} steps > {MAX_EVALUATION_COST:,} for this request"
+            )
+    try:
+        value = constraint.program.execute(activation)
+    except Exception as exc:  # as a condition's: any failure is SILENCE (re-raised typed)
+        raise _Unbound(f"{where} could not be evaluated: {type(exc).__name__}: {exc}") from exc
+    try:
+        problem = value_problem(constraint.name, value)
+    except (CanonicalizationError, TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise _Unbound(f"{where} computed an invalid value: {problem}")
+    return value
 
 
 def _raised(rule: CompiledRule, exc: Exception) -> str:

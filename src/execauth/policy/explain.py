@@ -77,6 +77,10 @@ class Explanation:
             "reason": decision.reason if decision else None,
             "message": decision.message if decision else None,
             "ttl_seconds": decision.ttl_seconds if decision else None,
+            "constraints": dict(decision.constraints)
+            if decision and decision.constraints is not None
+            else None,
+            "single_use": decision.single_use if decision else False,
             "why": self.why,
             "blocks": [b.as_dict() for b in self.blocks],
         }

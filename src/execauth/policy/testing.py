@@ -18,6 +18,8 @@ A case file (``*.cases.yaml`` next to the policies, docs/policy-language.md "Tes
           reason: null                # optional
           ttl: 10m                    # optional, PERMIT only
           message: ...                # optional
+          constraints: {max_amount: 500}  # optional: the PERMIT's bound grant (null: none)
+          single_use: true            # optional
 
 Each request goes ``parse_execute_request`` → ``evaluation_input`` → ``PolicySet.select``
 over every policy of the directory → ``evaluate``: exactly what the gateway does.
@@ -50,7 +52,9 @@ DECISIONS = ("PERMIT", "DENY", "SILENCE", "ESCALATE", UNGOVERNED, INVALID_REQUES
 
 _FILE_FIELDS = {"now", "org", "cases"}
 _CASE_FIELDS = {"name", "now", "org", "request", "expect", "description"}
-_EXPECT_FIELDS = {"decision", "rule_id", "reason", "ttl", "message"}
+_EXPECT_FIELDS = {
+    "decision", "rule_id", "reason", "ttl", "message", "constraints", "single_use",
+}  # fmt: skip
 
 
 class CaseFileError(ValueError):
@@ -91,6 +95,8 @@ class Outcome:
     reason: str | None = None
     ttl: int | None = None
     message: str | None = None
+    constraints: dict[str, Any] | None = None
+    single_use: bool = False
 
     @classmethod
     def of(cls, decision: Decision | None) -> Outcome:
@@ -102,6 +108,8 @@ class Outcome:
             decision.reason,
             decision.ttl_seconds,
             decision.message,
+            dict(decision.constraints) if decision.constraints is not None else None,
+            decision.single_use,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -111,6 +119,8 @@ class Outcome:
             "reason": self.reason,
             "ttl": self.ttl,
             "message": self.message,
+            "constraints": self.constraints,
+            "single_use": self.single_use,
         }
 
 
@@ -264,6 +274,10 @@ def _expectation(raw: Any, where: str) -> Expectation:
             fields["ttl"] = parse_duration(fields["ttl"])
         except ValueError as exc:
             raise CaseFileError(f"{where}: expect.ttl: {exc}") from exc
+    if fields.get("constraints") is not None and not isinstance(fields["constraints"], dict):
+        raise CaseFileError(f"{where}: expect.constraints must be a mapping or null")
+    if "single_use" in fields and not isinstance(fields["single_use"], bool):
+        raise CaseFileError(f"{where}: expect.single_use must be true or false")
     for key in ("rule_id", "reason", "message"):
         if key in fields and fields[key] is not None and not isinstance(fields[key], str):
             raise CaseFileError(f"{where}: expect.{key} must be a string or null")
