@@ -87,6 +87,8 @@ class Server:
     log_path: Path
     workers: str
     extra: dict[str, Any] = field(default_factory=dict)
+    # What a second instance needs to join this one; never written to the results.
+    private: dict[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -151,19 +153,31 @@ def clean_env(**settings: str) -> dict[str, str]:
 
 # --- targets ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def execauth_server(workdir: Path, database_url: str, name: str, workers: int) -> Iterator[Server]:
-    """``execauth serve`` with an org, an execute key and bench/policy.yaml in place."""
+def execauth_server(
+    workdir: Path,
+    database_url: str,
+    name: str,
+    workers: int,
+    *,
+    joining: Server | None = None,
+) -> Iterator[Server]:
+    """``execauth serve`` with an org, an execute key and bench/policy.yaml in place.
+
+    ``joining``: a second instance on the same database, with the first one's secret
+    key, admin token and execute key (the org and policy are already there).
+    """
     home = workdir / name
     home.mkdir()
     (home / "execauth.toml").write_text(EXECAUTH_TOML)
-    admin = "service_admin_" + secrets.token_urlsafe(24)
+    admin = joining.private["admin"] if joining else "service_admin_" + secrets.token_urlsafe(24)
+    secret_key = joining.private["secret_key"] if joining else secrets.token_urlsafe(32)
     port = free_port()
     env = clean_env(
         EXECAUTH_DATABASE_URL=database_url,
         EXECAUTH_ADMIN_TOKEN=admin,
-        EXECAUTH_SECRET_KEY=secrets.token_urlsafe(32),
+        EXECAUTH_SECRET_KEY=secret_key,
         EXECAUTH_CONFIG_FILE=str(home / "execauth.toml"),
-        EXECAUTH_ISSUER=f"http://127.0.0.1:{port}",
+        EXECAUTH_ISSUER=joining.private["issuer"] if joining else f"http://127.0.0.1:{port}",
     )
     argv = [
         str(BIN / "execauth"),
@@ -185,10 +199,12 @@ def execauth_server(workdir: Path, database_url: str, name: str, workers: int) -
         ready_path="/readyz",
         workers=uvicorn_workers(workers),
     ) as server:
-        api_key = provision(url, admin)
+        api_key = joining.extra["api_key"] if joining else provision(url, admin)
         server.extra["api_key"] = api_key
         server.extra["database"] = urlsplit(database_url).scheme
         check_execauth(url, api_key)
+        issuer = env["EXECAUTH_ISSUER"]
+        server.private |= {"admin": admin, "secret_key": secret_key, "issuer": issuer}
         yield server
 
 
@@ -671,6 +687,12 @@ def main() -> int:
         default="execauth,baseline,cerbos",
         help="comma-separated subset of execauth,baseline,cerbos [all]",
     )
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        help="also run scenarios (bench/scenarios.py): comma-separated of fixed-rate, "
+        "retry-storm, mix, two-instances, or 'all'",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
         "--capacity",
@@ -696,6 +718,10 @@ def main() -> int:
     workdir.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
     profile: dict[str, Any] | None = None
+    scenario_results: list[dict[str, Any]] = []
+    chosen_scenarios = {s.strip() for s in args.scenarios.split(",") if s.strip()}
+    if chosen_scenarios == {"all"}:
+        chosen_scenarios = {"fixed-rate", "retry-storm", "mix", "two-instances"}
     try:
         if "execauth" in targets:
             db = f"sqlite:///{workdir / 'execauth.db'}"
@@ -719,6 +745,12 @@ def main() -> int:
             with cerbos_server(workdir) as server:
                 row = measure(server, "cerbos.lua", load, {})
             rows.append(row | {"audit_bytes": server.extra.get("audit_bytes")})
+        if chosen_scenarios:
+            from scenarios import run_scenarios  # bench/scenarios.py, beside this file
+
+            scenario_results = run_scenarios(
+                chosen_scenarios, workdir=workdir, load=load, workers=args.workers, peak_rows=rows
+            )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -739,6 +771,7 @@ def main() -> int:
         "results": rows,
         "ratios": ratios(rows),
         "profile": profile,
+        "scenarios": scenario_results,
     }
     if rows:
         print()
@@ -755,6 +788,10 @@ def main() -> int:
             f"load: wrk -t{load.threads} -c{load.connections} -d{load.duration}s "
             f"(after a {load.warmup}s warm-up), same for every target"
         )
+    if scenario_results:
+        from scenarios import scenario_table
+
+        print(scenario_table(scenario_results, rows))
     if profile:
         print(f"\npy-spy (--gil): {profile['samples']} samples holding the GIL, by thread:")
         for role, share in profile["threads"].items():
@@ -765,7 +802,7 @@ def main() -> int:
         print("top functions by self time:")
         for entry in profile["self"][:15]:
             print(f"  {entry['share']:6.1%}  {entry['function']}")
-    if rows or profile:
+    if rows or profile or scenario_results:
         path = RESULTS / f"{stamp}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwritten: {path.relative_to(ROOT)}")
