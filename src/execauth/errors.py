@@ -13,8 +13,11 @@ bodies. The tree:
     │   └── SurfaceNotFound     404 surface_not_found
     ├── MethodNotAllowed        405 method_not_allowed
     ├── IdempotencyConflict     409 idempotency_conflict
+    ├── ReceiptAlreadyConsumed  409 receipt_already_consumed
     ├── PayloadTooLarge         413 payload_too_large
     ├── UnsupportedMediaType    415 unsupported_media_type
+    ├── ReceiptNotPermit        422 receipt_not_permit
+    │   └── ReceiptExpired      422 receipt_expired
     ├── RateLimited             429 rate_limited
     ├── QuotaExceeded           429 SERVICE_PLAN_LIMIT_EXCEEDED
     ├── ClientDisconnected      499 client_closed_request (nobody reads it)
@@ -86,6 +89,13 @@ class ApprovalClosed(ExecauthError):
     status = 409
 
 
+class ReceiptAlreadyConsumed(ExecauthError):
+    """A PERMIT used once already; ``details`` say when and by whom (docs/receipts.md)."""
+
+    code = "receipt_already_consumed"
+    status = 409
+
+
 class PayloadTooLarge(ExecauthError):
     code = "payload_too_large"
     status = 413
@@ -94,6 +104,19 @@ class PayloadTooLarge(ExecauthError):
 class UnsupportedMediaType(ExecauthError):
     code = "unsupported_media_type"
     status = 415
+
+
+class ReceiptNotPermit(ExecauthError):
+    """Only a PERMIT can be used: a DENY, SILENCE or ESCALATE receipt never can."""
+
+    code = "receipt_not_permit"
+    status = 422
+
+
+class ReceiptExpired(ReceiptNotPermit):
+    """A PERMIT past its ``expires_at`` permits nothing any more, so it cannot be used."""
+
+    code = "receipt_expired"
 
 
 class RateLimited(ExecauthError):

@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from execauth import tracing
 from execauth.api.approval_routes import approval_routes
+from execauth.api.consume_routes import consume_routes
 from execauth.api.wire import (
     json_response,
     profile_headers,
@@ -147,6 +148,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         *approval_routes(service, "gateway"),
+        *consume_routes(service),
     ]
 
 
