@@ -224,6 +224,8 @@ def make_receipt(
     message: str | None = None,
     extra: Mapping[str, Any] | None = None,
     edit_unsigned: Callable[[dict[str, Any]], None] | None = None,
+    constraints: Mapping[str, Any] | None = None,
+    single_use: bool = False,
 ) -> dict[str, Any]:
     """A receipt as the server builds it, then ``extra`` signed fields, then signed.
 
@@ -232,7 +234,15 @@ def make_receipt(
     """
     moment = ts(timestamp)
     if outcome is Outcome.PERMIT:
-        decision = Decision(outcome, rule_id, None, None, _ttl_until(timestamp, expires_at))
+        decision = Decision(
+            outcome,
+            rule_id,
+            None,
+            None,
+            _ttl_until(timestamp, expires_at),
+            constraints=constraints,
+            single_use=single_use,
+        )
     elif outcome is Outcome.DENY:
         decision = Decision(
             outcome,
@@ -982,6 +992,177 @@ def approval_vectors() -> list[Vector]:
     ]
 
 
+# --- bound grants (docs/receipts.md, "Constraints") ------------------------------
+
+TRANSFER_REQUEST: dict[str, Any] = {
+    "surface": "payments.transfer",
+    "action": "transfer",
+    "actor": "agent-7",
+    "payload": {"amount": 120, "currency": "EUR", "to": "acct-42"},
+    "request_id": "req-0004",
+}
+TRANSFER_CONSTRAINTS: dict[str, Any] = {
+    "max_amount": 500,
+    "currency": "EUR",
+    "allowed_resources": ["acct-42", "acct-43"],
+    "allowed_commands": ["git", ["make", "deploy"]],
+    "allowed_tool_args": {"to": ["acct-42", "acct-43"], "fee": {"min": 0, "max": 2.5}},
+}
+
+
+def make_bound_permit(name: str, constraints: Mapping[str, Any] = TRANSFER_CONSTRAINTS) -> Any:
+    return make_receipt(
+        name,
+        request=TRANSFER_REQUEST,
+        rule_id="agent-transfers",
+        constraints=constraints,
+        single_use=True,
+    )
+
+
+def constraint_vectors() -> list[Vector]:
+    permit = make_bound_permit("bound")
+    raised = permit["constraints"] | {"max_amount": 50000}
+    return [
+        _valid(
+            "permit-with-constraints-valid",
+            "A PERMIT carrying a bound grant: constraints (every well-known one) and "
+            "single_use are signed like every other field.",
+            permit,
+        ),
+        _valid(
+            "permit-with-custom-constraint-valid",
+            "A PERMIT carrying an organization's own x_ constraint: authentic; an intent "
+            "check without a checker for it refuses (intent.json).",
+            make_bound_permit("bound-custom", {"x_region": "eu-west-1"}),
+        ),
+        _invalid(
+            "tampered-constraints-raised",
+            "A bound PERMIT whose max_amount was raised after signing.",
+            tampered(permit, constraints=raised),
+            "bad_signature",
+        ),
+        _invalid(
+            "tampered-constraints-removed",
+            "A bound PERMIT whose constraints were removed after signing.",
+            without(permit, "constraints"),
+            "bad_signature",
+        ),
+        _invalid(
+            "tampered-single-use-removed",
+            "A single-use PERMIT whose single_use was removed after signing.",
+            without(permit, "single_use"),
+            "bad_signature",
+        ),
+        _invalid(
+            "constraints-not-an-object",
+            "An authentically signed PERMIT whose constraints is a list.",
+            make_receipt(
+                "bound-list", request=TRANSFER_REQUEST, extra={"constraints": ["max_amount"]}
+            ),
+            "malformed_receipt",
+        ),
+    ]
+
+
+def _intent(**changes: Any) -> dict[str, Any]:
+    """An intent every constraint of TRANSFER_CONSTRAINTS allows, with ``changes``."""
+    intent: dict[str, Any] = {
+        "surface": "payments.transfer",
+        "action": "transfer",
+        "actor": "agent-7",
+        "request_digest": parse_execute_request(dict(TRANSFER_REQUEST), None).digest,
+        "amount": 120,
+        "currency": "EUR",
+        "command": ["make", "deploy"],
+        "resources": ["acct-42"],
+        "tool_args": {"to": "acct-42", "fee": 2.5, "memo": "rent"},
+    }
+    for name, value in changes.items():
+        if value is None:
+            intent.pop(name, None)
+        else:
+            intent[name] = value
+    return intent
+
+
+def intent_cases() -> list[dict[str, Any]]:
+    """What "the executor is about to do" against a PERMIT: the expected intent check.
+
+    The reason codes are the SDKs' (``execauth_client.intent``, ``intent.ts``).
+    """
+    bound = "cases/permit-with-constraints-valid.json"
+    ok: dict[str, Any] = {"ok": True, "reason": None}
+
+    def refused(reason: str) -> dict[str, Any]:
+        return {"ok": False, "reason": reason}
+
+    cases: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
+        ("within-every-constraint", "Every value inside the grant.", bound, _intent(), ok),
+        ("amount-at-the-limit", "max_amount is inclusive.", bound, _intent(amount=500), ok),
+        ("amount-fractional-within", "A decimal amount under the limit.", bound,
+         _intent(amount=499.99), ok),
+        ("amount-over-the-limit", "120 → 500.01.", bound, _intent(amount=500.01),
+         refused("constraint_exceeded:max_amount")),
+        ("amount-missing", "The intent states no amount: cannot be checked.", bound,
+         _intent(amount=None), refused("constraint_unverifiable:max_amount")),
+        ("amount-as-text", "An amount given as a string is not a number.", bound,
+         _intent(amount="120"), refused("constraint_unverifiable:max_amount")),
+        ("currency-differs", "USD under an EUR grant.", bound, _intent(currency="USD"),
+         refused("constraint_exceeded:currency")),
+        ("currency-case-differs", "Currency codes compare exactly.", bound,
+         _intent(currency="eur"), refused("constraint_exceeded:currency")),
+        ("command-program-name", "A string entry matches argv[0] exactly, any arguments.",
+         bound, _intent(command=["git", "push", "--force"]), ok),
+        ("command-path-is-not-the-name", "'git' does not match '/usr/bin/git'.", bound,
+         _intent(command=["/usr/bin/git", "status"]),
+         refused("constraint_exceeded:allowed_commands")),
+        ("command-argv-entry-exact", "A list entry matches the whole argv only.", bound,
+         _intent(command=["make", "deploy", "prod"]),
+         refused("constraint_exceeded:allowed_commands")),
+        ("command-as-a-string", "A command string would need shell splitting: refused.",
+         bound, _intent(command="make deploy"),
+         refused("constraint_unverifiable:allowed_commands")),
+        ("resource-not-allowed", "One resource outside the list.", bound,
+         _intent(resources=["acct-42", "acct-99"]),
+         refused("constraint_exceeded:allowed_resources")),
+        ("tool-arg-value-not-allowed", "to is not one of the listed values.", bound,
+         _intent(tool_args={"to": "acct-99", "fee": 1}),
+         refused("constraint_exceeded:allowed_tool_args.to")),
+        ("tool-arg-above-bound", "fee above its max.", bound,
+         _intent(tool_args={"to": "acct-42", "fee": 2.51}),
+         refused("constraint_exceeded:allowed_tool_args.fee")),
+        ("tool-arg-boolean-is-not-a-number", "true is not a number within bounds.", bound,
+         _intent(tool_args={"to": "acct-42", "fee": True}),
+         refused("constraint_exceeded:allowed_tool_args.fee")),
+        ("tool-arg-missing", "A constrained argument left out (its default is unknown).",
+         bound, _intent(tool_args={"to": "acct-42"}),
+         refused("constraint_unverifiable:allowed_tool_args.fee")),
+        ("surface-differs", "The PERMIT is for another surface.", bound,
+         _intent(surface="payments.refund"), refused("surface_mismatch")),
+        ("actor-differs", "The PERMIT is for another actor.", bound, _intent(actor="agent-8"),
+         refused("actor_mismatch")),
+        ("action-differs", "The PERMIT is for another action.", bound,
+         _intent(action="refund"), refused("action_mismatch")),
+        ("request-digest-differs", "The PERMIT was issued for another request.", bound,
+         _intent(request_digest="sha256:" + "0" * 64), refused("request_digest_mismatch")),
+        ("custom-constraint-unknown", "No checker for x_region: refused.",
+         "cases/permit-with-custom-constraint-valid.json", _intent(),
+         refused("constraint_unknown:x_region")),
+        ("unbound-permit", "A PERMIT without constraints covers its own request.",
+         "cases/permit-valid.json",
+         {"surface": "deploy.production", "action": "deploy", "actor": "release-bot"}, ok),
+        ("deny-is-not-a-permit", "A DENY never covers an intent.", "cases/deny-valid.json",
+         {"surface": "deploy.production", "action": "deploy", "actor": "release-bot"},
+         refused("not_permit")),
+    ]  # fmt: skip
+    return [
+        {"name": name, "description": description, "receipt": receipt, "now": NOW,
+         "intent": intent, "expected": expected}
+        for name, description, receipt, intent, expected in cases
+    ]  # fmt: skip
+
+
 def all_vectors() -> list[Vector]:
     vectors = (
         valid_vectors()
@@ -990,6 +1171,7 @@ def all_vectors() -> list[Vector]:
         + malformed_vectors()
         + jcs_vectors()
         + approval_vectors()
+        + constraint_vectors()
     )
     names = [v.name for v in vectors]
     assert len(names) == len(set(names)), "vector names must be unique"
@@ -1074,6 +1256,16 @@ def build_files() -> dict[str, bytes]:
                 "receipt_hash_mismatch",
             ],
             "vectors": index,
+        }
+    )
+    files["intent.json"] = _dump(
+        {
+            "format": FORMAT_VERSION,
+            "generator": "scripts/generate_vectors.py",
+            "about": "Intent checks (execauth_client.check_intent, checkIntent): a receipt "
+            "file, what the executor is about to do, and the expected answer. The receipt "
+            "is taken as already verified; 'now' is the check's clock.",
+            "cases": intent_cases(),
         }
     )
     return files

@@ -24,6 +24,7 @@ from execauth_client.errors import (
     VerificationFailed,
 )
 from execauth_client.guard import guarded, require_permit
+from execauth_client.intent import Intent, IntentCheck, IntentRefused, check_intent, require_intent
 from execauth_client.receipt import Receipt
 from execauth_client.verify import KeyList, KeyListError, PublicKey, Verdict, verify
 
@@ -34,6 +35,9 @@ __all__ = [
     "Client",
     "ExecauthError",
     "Forbidden",
+    "Intent",
+    "IntentCheck",
+    "IntentRefused",
     "InvalidRequest",
     "KeyList",
     "KeyListError",
@@ -48,7 +52,9 @@ __all__ = [
     "UnexpectedResponse",
     "Verdict",
     "VerificationFailed",
+    "check_intent",
     "guarded",
+    "require_intent",
     "require_permit",
     "verify",
 ]

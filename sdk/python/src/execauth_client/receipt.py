@@ -52,6 +52,10 @@ class Receipt:
     receipt_hash: str | None = None
     approval_id: str | None = None  # an ESCALATE, or the outcome receipt of one
     approval_expires_at: str | None = None
+    # The bound grant (docs/receipts.md): what the executor must respect, checked by
+    # ``execauth_client.check_intent``; ``single_use``: consume before acting.
+    constraints: Mapping[str, Any] | None = field(default=None, hash=False)
+    single_use: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     @classmethod
@@ -63,6 +67,7 @@ class Receipt:
         if receipt_id is None or decision is None:
             raise UnexpectedResponse("the answer is not a receipt (no receipt_id or decision)")
         version = raw.get("policy_version")
+        constraints = raw.get("constraints")
         return cls(
             receipt_id=receipt_id,
             decision=decision,
@@ -89,6 +94,8 @@ class Receipt:
             receipt_hash=_str(raw, "receiptHash"),
             approval_id=_str(raw, "approval_id"),
             approval_expires_at=_str(raw, "approval_expires_at"),
+            constraints=constraints if isinstance(constraints, Mapping) else None,
+            single_use=raw.get("single_use") is True,
             raw=dict(raw),
         )
 

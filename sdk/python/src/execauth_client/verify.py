@@ -19,6 +19,8 @@ docs/receipts.md), in order; the first failure is the verdict's ``reason``:
 12. a PERMIT has a parseable ``expires_at``                   → ``malformed_receipt``
 13. an ESCALATE has an ``approval_id``; ``approvers``, if
     present, is a list of objects with a ``key_id``             → ``malformed_receipt``
+14. ``constraints``, if present, is a non-empty object;
+    ``single_use``, if present, is ``true``                     → ``malformed_receipt``
 
 An authentic PERMIT with ``expires_at <= now`` is ``expired``: authentic, not usable.
 A key-list entry whose id is not ``service_key_`` + SHA-256(raw key)[:16], or that is
@@ -222,6 +224,11 @@ def verify(
     approvers = _approvers(raw.get("approvers"))
     if approvers is None:
         return fail(MALFORMED_RECEIPT, "approvers is not a list of {key_id, ...} objects")
+    constraints = raw.get("constraints")
+    if "constraints" in raw and (not isinstance(constraints, Mapping) or not constraints):
+        return fail(MALFORMED_RECEIPT, "constraints is not a non-empty JSON object")
+    if raw.get("single_use", True) is not True:
+        return fail(MALFORMED_RECEIPT, "single_use is present but not true")
     detail = "signature valid" + ("; PERMIT has expired" if expired else "")
     if approvers:
         detail += "; approved by " + ", ".join(approvers)
