@@ -1,6 +1,7 @@
 // Provision a tenant on a running execauth for the live tests: an organization, an
-// execute key and the policy of tests/conftest.py (DEPLOY_POLICY). Prints shell
-// `export` lines for EXECAUTH_TEST_URL and EXECAUTH_TEST_API_KEY.
+// execute key and the policy of tests/conftest.py (DEPLOY_POLICY), plus a policy of
+// surfaces that escalate and an admin key to approve them. Prints shell `export` lines
+// for EXECAUTH_TEST_URL, EXECAUTH_TEST_API_KEY and EXECAUTH_TEST_APPROVER_KEY.
 //
 //   EXECAUTH_ADMIN_TOKEN=… node scripts/provision.mjs http://127.0.0.1:18383
 const url = (process.argv[2] ?? process.env.EXECAUTH_TEST_URL ?? "").replace(/\/+$/, "");
@@ -31,6 +32,22 @@ surfaces:
         deny: payload.amount % 2 == 1
 `;
 
+// Surfaces of their own, so DEPLOY_POLICY stays exactly the Python tests' one.
+export const APPROVAL_POLICY = `description: Held for people
+surfaces:
+  - match: approve.production
+    rules:
+      - id: a-person-decides
+        escalate: "true"
+        approval_ttl: 30m
+        ttl: 10m
+  - match: approve.hurried
+    rules:
+      - id: nobody-has-time
+        escalate: "true"
+        approval_ttl: 2s
+`;
+
 async function call(method, path, body, contentType = "application/json") {
   const response = await fetch(url + path, {
     method,
@@ -45,6 +62,9 @@ async function call(method, path, body, contentType = "application/json") {
 const org = await call("POST", "/console/v1/orgs", { name: "ts-sdk-live", plan: "enterprise" });
 const key = await call("POST", `/console/v1/orgs/${org.org_id}/keys`, { name: "ts-sdk", role: "execute" });
 await call("PUT", `/console/v1/orgs/${org.org_id}/policies/deploys`, DEPLOY_POLICY, "application/yaml");
+await call("PUT", `/console/v1/orgs/${org.org_id}/policies/approvals`, APPROVAL_POLICY, "application/yaml");
+const approver = await call("POST", `/console/v1/orgs/${org.org_id}/keys`, { name: "ts-approver", role: "admin" });
 console.log(`export EXECAUTH_TEST_URL=${url}`);
 console.log(`export EXECAUTH_TEST_API_KEY=${key.api_key}`);
 console.log(`export EXECAUTH_TEST_ORG_ID=${org.org_id}`);
+console.log(`export EXECAUTH_TEST_APPROVER_KEY=${approver.api_key}`);

@@ -18,7 +18,7 @@ import {
 } from "./errors.js";
 import { CanonicalizationError, canonicalize } from "./jcs.js";
 import { KeyListError, isRecord, parseKeyList, type KeySet } from "./keys.js";
-import { requestDigest, type PermitReceipt, type Receipt } from "./receipt.js";
+import { requestDigest, type Approval, type PermitReceipt, type Receipt } from "./receipt.js";
 import { permitOrThrow } from "./require.js";
 import {
   DEFAULT_RETRY_POLICY,
@@ -30,6 +30,9 @@ import {
 import { verify, type Verdict } from "./verify.js";
 
 export const VERSION = "0.1.0";
+
+/** The server holds one `GET /v1/approvals/{id}?wait=` at most this long (seconds). */
+export const MAX_APPROVAL_WAIT_SECONDS = 60;
 
 export interface ClientOptions {
   /** The service's base address, e.g. `https://execauth.example.com` (a path prefix is kept). */
@@ -85,7 +88,17 @@ export interface ClientVerifyOptions {
   now?: Date | number | string | bigint | undefined;
 }
 
-export interface ClientRequirePermitOptions extends CallOptions, ClientVerifyOptions {
+export interface AuthorizeOptions extends CallOptions {
+  /**
+   * On ESCALATE, wait up to this many milliseconds for the people the policy names
+   * (server-side long-polls, no busy loop) and return the approval's outcome receipt:
+   * the linked PERMIT, or a DENY on rejection or expiry. Still pending then: the ESCALATE
+   * itself, never a permission. Default: do not wait.
+   */
+  waitForApprovalMs?: number | undefined;
+}
+
+export interface ClientRequirePermitOptions extends AuthorizeOptions, ClientVerifyOptions {
   /** Also require `request_digest` to be the digest of this request (default true). */
   checkRequestDigest?: boolean | undefined;
 }
@@ -137,12 +150,13 @@ export class Client {
   }
 
   /**
-   * `POST /v1/execute`: the signed receipt of the decision, PERMIT, DENY or SILENCE
-   * alike (a DENY is an answer, not an error; under wire profile B its 403/422 body is
-   * the receipt). Throws an `ExecauthError` subclass for wire errors. The receipt is
-   * returned unverified: use `verify` or `requirePermit` before relying on it.
+   * `POST /v1/execute`: the signed receipt of the decision, PERMIT, DENY, SILENCE or
+   * ESCALATE alike (a DENY is an answer, not an error; under wire profile B its 403/422
+   * body is the receipt, an ESCALATE's 202). Throws an `ExecauthError` subclass for wire
+   * errors. With `waitForApprovalMs`, an ESCALATE is followed to its outcome (see there).
+   * The receipt is returned unverified: use `verify` or `requirePermit` before relying on it.
    */
-  async authorize(request: AuthorizeRequest, options: CallOptions = {}): Promise<Receipt> {
+  async authorize(request: AuthorizeRequest, options: AuthorizeOptions = {}): Promise<Receipt> {
     if (this.#apiKey === undefined) throw new TypeError("authorize needs a Client with an apiKey");
     const idempotencyKey = request.idempotencyKey ?? randomUUID();
     const body: Record<string, unknown> = { surface: request.surface };
@@ -178,7 +192,60 @@ export class Client {
         requestId: answer.headers.get("x-request-id") ?? undefined,
       });
     }
-    return answer.body as Receipt;
+    const receipt = answer.body as Receipt;
+    const waitMs = options.waitForApprovalMs;
+    if (receipt.decision !== "ESCALATE" || waitMs === undefined || !(waitMs > 0)) return receipt;
+    return this.#awaitApproval(receipt, waitMs, options.signal);
+  }
+
+  /**
+   * Follow an ESCALATE's approval on this client's service (never at a URL the receipt
+   * names: the API key goes only to `baseUrl`) until it has an outcome or `budgetMs` ends.
+   */
+  async #awaitApproval(escalation: Receipt, budgetMs: number, signal: AbortSignal | undefined): Promise<Receipt> {
+    const approvalId = escalation.approval_id;
+    if (typeof approvalId !== "string" || !/^service_appr_[0-9A-Za-z]{26}$/.test(approvalId)) {
+      throw new UnexpectedResponseError(`ESCALATE ${escalation.receipt_id} has no usable approval_id`, {});
+    }
+    const headers = { authorization: `Bearer ${this.#apiKey}`, accept: "application/json" };
+    const deadline = this.#clock() + budgetMs;
+    for (let remaining = budgetMs; remaining > 0; remaining = deadline - this.#clock()) {
+      const wait = Math.max(1, Math.min(MAX_APPROVAL_WAIT_SECONDS, Math.floor(remaining / 1000)));
+      const answer = await this.#call(
+        "GET",
+        `/v1/approvals/${approvalId}?wait=${wait}s`,
+        headers,
+        undefined,
+        signal,
+        (status) => status === 200,
+        wait * 1000 + this.#timeoutMs, // the server holds the answer up to `wait`
+      );
+      const approval = answer.body as Partial<Approval> | undefined;
+      if (!isRecord(approval) || typeof approval.state !== "string") {
+        throw new UnexpectedResponseError("the answer is not an approval", { status: answer.status });
+      }
+      const outcome = approval.outcome_receipt;
+      if (outcome !== null && outcome !== undefined) {
+        // The outcome must answer this very ESCALATE; verification (requirePermit) then
+        // binds it to the request like any receipt.
+        if (
+          !looksLikeReceipt(outcome) ||
+          outcome.approval_id !== approvalId ||
+          outcome.escalation_receipt_id !== escalation.receipt_id
+        ) {
+          throw new UnexpectedResponseError(`approval ${approvalId} answered an outcome of another request`, {
+            status: answer.status,
+          });
+        }
+        return outcome;
+      }
+      if (approval.state !== "pending") {
+        throw new UnexpectedResponseError(`approval ${approvalId} is ${approval.state} with no outcome`, {
+          status: answer.status,
+        });
+      }
+    }
+    return escalation;
   }
 
   /**
@@ -256,7 +323,7 @@ export class Client {
    */
   async requirePermit(request: AuthorizeRequest, options: ClientRequirePermitOptions = {}): Promise<PermitReceipt> {
     const receipt = await this.authorize(request, options);
-    const verdict = await this.verify(receipt, options);
+    const verdict = await this.verify(receipt, options); // an outcome receipt: checked like any other
     return permitOrThrow(receipt, verdict, {
       surface: request.surface,
       actor: request.actor,
@@ -272,6 +339,7 @@ export class Client {
     body: string | undefined,
     signal: AbortSignal | undefined,
     done: (status: number, body: unknown) => boolean,
+    timeoutMs: number = this.#timeoutMs,
   ): Promise<Answer> {
     const url = this.baseUrl + path;
     const allHeaders = { "user-agent": `execauth-client-ts/${VERSION} node/${process.version}`, ...headers };
@@ -279,7 +347,7 @@ export class Client {
       signal?.throwIfAborted();
       let failure: ExecauthError;
       try {
-        const answer = await this.#attempt(method, url, allHeaders, body, signal);
+        const answer = await this.#attempt(method, url, allHeaders, body, signal, timeoutMs);
         if (done(answer.status, answer.body)) return answer;
         failure = errorFromResponse(answer.status, answer.body, {
           requestId: answer.headers.get("x-request-id") ?? undefined,
@@ -302,9 +370,10 @@ export class Client {
     headers: Record<string, string>,
     body: string | undefined,
     signal: AbortSignal | undefined,
+    timeoutMs: number,
   ): Promise<Answer> {
     const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), this.#timeoutMs);
+    const timer = setTimeout(() => timeout.abort(), timeoutMs);
     const forward = () => timeout.abort(signal?.reason);
     signal?.addEventListener("abort", forward, { once: true });
     try {
@@ -315,7 +384,7 @@ export class Client {
         text = await response.text();
       } catch (error) {
         if (signal?.aborted) throw signal.reason;
-        const what = timeout.signal.aborted ? `timed out after ${this.#timeoutMs} ms` : describe(error);
+        const what = timeout.signal.aborted ? `timed out after ${timeoutMs} ms` : describe(error);
         throw new ConnectionError(`${method} ${url}: ${what}`, { cause: error });
       }
       let decoded: unknown;
@@ -332,7 +401,7 @@ export class Client {
   }
 }
 
-function looksLikeReceipt(body: unknown): boolean {
+function looksLikeReceipt(body: unknown): body is Receipt {
   return (
     isRecord(body) && typeof body.decision === "string" && typeof body.receipt_id === "string" && !("error" in body)
   );

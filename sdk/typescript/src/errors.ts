@@ -24,8 +24,9 @@
  *     └── PermitRequiredError         requirePermit refused the receipt
  *         ├── InvalidReceiptError     not authentic (verdict.reason says why)
  *         ├── NotPermittedError       authentic, but not a PERMIT
- *         │   ├── DeniedError         DENY
- *         │   └── SilencedError       SILENCE (fail closed)
+ *         │   ├── DeniedError         DENY (a rejected or expired approval too)
+ *         │   ├── SilencedError       SILENCE (fail closed)
+ *         │   └── ApprovalPendingError ESCALATE, not (yet) approved
  *         ├── ExpiredPermitError      authentic PERMIT past its expires_at
  *         └── ReceiptMismatchError    authentic PERMIT for another surface/actor/request
  */
@@ -213,11 +214,11 @@ export class InvalidReceiptError extends PermitRequiredError {
   }
 }
 
-/** The receipt is authentic but its decision is DENY or SILENCE. */
+/** The receipt is authentic but its decision is DENY, SILENCE or ESCALATE. */
 export class NotPermittedError extends PermitRequiredError {
   override name = "NotPermittedError";
   override readonly receipt: Receipt;
-  /** `DENY` or `SILENCE`. */
+  /** `DENY`, `SILENCE` or `ESCALATE`. */
   readonly decision: string;
   /** The detailed `SERVICE_POLICY_*` reason (`reasonCode`), or `reason_code`. */
   readonly reasonCode: string | undefined;
@@ -248,6 +249,17 @@ export class SilencedError extends NotPermittedError {
   override name = "SilencedError";
   constructor(receipt: Receipt, verdict: Verdict) {
     super(receipt, verdict, "silenced");
+  }
+}
+
+/** An authentic ESCALATE: people have not approved (yet); nothing may run under it. */
+export class ApprovalPendingError extends NotPermittedError {
+  override name = "ApprovalPendingError";
+  /** The approval to follow (`GET /v1/approvals/{id}`, or the same request again). */
+  readonly approvalId: string | undefined;
+  constructor(receipt: Receipt, verdict: Verdict) {
+    super(receipt, verdict, "approval_pending");
+    this.approvalId = receipt.approval_id;
   }
 }
 

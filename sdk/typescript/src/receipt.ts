@@ -3,7 +3,8 @@ import { createHash } from "node:crypto";
 
 import { canonicalizeToBytes } from "./jcs.js";
 
-export type Decision = "PERMIT" | "DENY" | "SILENCE";
+/** ESCALATE: held for people to approve (docs/approvals.md); never a permission. */
+export type Decision = "PERMIT" | "DENY" | "SILENCE" | "ESCALATE";
 export type Enforcement = "EXECUTED" | "BLOCKED";
 
 /** The response body of `POST /v1/execute`: a signed receipt (superset of variants A, B, C). */
@@ -32,10 +33,41 @@ export interface Receipt {
   message?: string;
   request_id?: string;
   request_digest: string;
+  /** PERMIT (or ESCALATE): the bound grant the executor must respect (`checkIntent`). */
+  constraints?: Record<string, unknown>;
+  /** PERMIT (or ESCALATE): `true` when the PERMIT must be consumed before acting. */
+  single_use?: true;
   key_id: string;
   signature: string;
   authoritySignature?: string;
   receiptHash?: string;
+  /** ESCALATE, and the outcome receipt of its approval: `service_appr_…`. */
+  approval_id?: string;
+  /** ESCALATE: the deadline for the approvals. */
+  approval_expires_at?: string;
+  /** ESCALATE: distinct approvals needed. */
+  approval_quorum?: number;
+  /** ESCALATE: where the requester follows the approval. */
+  approval_url?: string;
+  /** Outcome of an approval: `approved` (a PERMIT), `rejected` or `expired` (a DENY). */
+  approval_outcome?: "approved" | "rejected" | "expired";
+  /** Outcome of an approval: the ESCALATE receipt it answers. */
+  escalation_receipt_id?: string;
+  /** Outcome PERMIT: who approved, each once (signed). */
+  approvers?: Array<{ key_id: string; vote: string; actor?: string; reason?: string; at: string }>;
+  [field: string]: unknown;
+}
+
+/** `GET /v1/approvals/{id}`: an approval as its requester sees it. */
+export interface Approval {
+  approval_id: string;
+  state: "pending" | "approved" | "rejected" | "expired";
+  quorum: number;
+  approvals: number;
+  expires_at: string;
+  escalation_receipt: Receipt;
+  /** The linked PERMIT (approved) or DENY (rejected, expired) once final. */
+  outcome_receipt: Receipt | null;
   [field: string]: unknown;
 }
 

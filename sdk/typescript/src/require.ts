@@ -1,5 +1,6 @@
 /** `requirePermit`: the one check to run before doing irreversible work under a receipt. */
 import {
+  ApprovalPendingError,
   DeniedError,
   ExpiredPermitError,
   InvalidReceiptError,
@@ -24,8 +25,9 @@ export interface RequirePermitOptions extends VerifyOptions {
 /**
  * Return the receipt if and only if it is an authentic, unexpired PERMIT matching every
  * given expectation; throw otherwise (fail closed):
- * `InvalidReceiptError` (not authentic), `DeniedError` / `SilencedError` (authentic,
- * not a PERMIT), `ExpiredPermitError`, `ReceiptMismatchError`.
+ * `InvalidReceiptError` (not authentic), `DeniedError` / `SilencedError` /
+ * `ApprovalPendingError` (authentic, not a PERMIT; a rejected or expired approval is a
+ * DENY), `ExpiredPermitError`, `ReceiptMismatchError`.
  */
 export function requirePermit(receipt: unknown, options: RequirePermitOptions): PermitReceipt {
   const verdict = verify(receipt, options.keys, options);
@@ -42,6 +44,7 @@ export function permitOrThrow(
   const authentic = receipt as Receipt;
   if (authentic.decision === "DENY") throw new DeniedError(authentic, verdict);
   if (authentic.decision === "SILENCE") throw new SilencedError(authentic, verdict);
+  if (authentic.decision === "ESCALATE") throw new ApprovalPendingError(authentic, verdict);
   if (authentic.decision !== "PERMIT") throw new NotPermittedError(authentic, verdict);
   const mismatches = unmetExpectations(authentic, expected);
   if (mismatches.length > 0) throw new ReceiptMismatchError(authentic, verdict, mismatches);

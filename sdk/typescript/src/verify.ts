@@ -175,6 +175,16 @@ function verifyReceipt(
   if (decision === "ESCALATE" && typeof receipt.approval_id !== "string") {
     return fail("malformed_receipt", "ESCALATE receipt has no approval_id");
   }
+  const constraints = receipt.constraints;
+  if (
+    "constraints" in receipt &&
+    (typeof constraints !== "object" || constraints === null || Array.isArray(constraints) || Object.keys(constraints).length === 0)
+  ) {
+    return fail("malformed_receipt", "constraints is not a non-empty JSON object");
+  }
+  if ("single_use" in receipt && receipt.single_use !== true) {
+    return fail("malformed_receipt", "single_use is present but not true");
+  }
   const detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
   return verdict(true, "valid", detail, keyId, decision, expired);
 }
