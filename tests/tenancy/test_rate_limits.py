@@ -14,7 +14,7 @@ import pytest
 from execauth.errors import RateLimited, ServiceUnavailable
 from execauth.runtime import Runtime
 from execauth.tenancy.orgs import new_org_id
-from execauth.tenancy.rate_limits import OrgRateLimiter
+from execauth.tenancy.rate_limits import LocalWindows, OrgRateLimiter
 from tests.conftest import ADMIN, REDIS_URL, Tenant, make_tenant, small_plans
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
@@ -276,3 +276,50 @@ async def test_redis_lost_after_startup_is_503_and_recovers_when_it_returns() ->
     finally:
         limiter.close()
         await proxy.cut()
+
+
+class SteppedClock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_local_window_counts_as_the_limits_library_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The in-memory counter keeps the arithmetic of ``limits``' sliding window counter:
+    the same requests at the same times get the same answers, remaining and reset."""
+    import random
+
+    from limits import RateLimitItemPerMinute
+    from limits.aio.storage import MemoryStorage
+    from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+    clock = SteppedClock(1_795_000_000.0)
+    monkeypatch.setattr("time.time", clock)  # what limits reads
+    reference = SlidingWindowCounterRateLimiter(MemoryStorage())
+    local = LocalWindows(clock=clock)
+    draw = random.Random(7)
+    limit = 10
+    item = RateLimitItemPerMinute(limit)
+    answers = 0
+    for _ in range(600):
+        clock.now += draw.choice([0.05, 0.05, 0.05, 0.05, 0.5, 2.0, 7.5, 31.0, 75.0])
+        org = draw.choice(["a", "b"])
+        allowed = await reference.hit(item, org)
+        stats = await reference.get_window_stats(item, org)
+        expected = (allowed, stats.remaining, round(stats.reset_time - clock.now, 3))
+        got_allowed, remaining, reset_in = local.hit(org, limit)
+        assert (got_allowed, remaining, round(reset_in, 3)) == expected
+        answers += allowed
+    assert 0 < answers < 600  # the sequence reached the limit and recovered
+
+
+def test_the_local_window_refuses_past_the_limit_within_a_minute() -> None:
+    clock = SteppedClock(1_795_000_020.0)
+    local = LocalWindows(clock=clock)
+    assert [local.hit("org", 3)[0] for _ in range(4)] == [True, True, True, False]
+    clock.now += 120  # two minutes on: nothing of before counts
+    assert local.hit("org", 3)[:2] == (True, 2)
