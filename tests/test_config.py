@@ -60,3 +60,16 @@ def test_a_plan_without_a_clear_limit_is_refused(plan: dict[str, object]) -> Non
 def test_an_empty_catalog_is_refused() -> None:
     with pytest.raises(ValidationError):
         Settings(plans={})
+
+
+def test_the_log_level_and_format_are_read_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXECAUTH_LOG_LEVEL", "WARNING")
+    monkeypatch.setenv("EXECAUTH_LOG_FORMAT", "Json")
+    settings = Settings()
+    assert (settings.log_level, settings.log_format) == ("warning", "json")
+
+
+@pytest.mark.parametrize("field", ["log_level", "log_format"])
+def test_an_unknown_log_level_or_format_is_refused(field: str) -> None:
+    with pytest.raises(ValidationError):
+        Settings.model_validate({field: "verbose"})

@@ -7,7 +7,7 @@ import secrets
 import stat
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -121,6 +121,16 @@ class Settings(BaseSettings):
     nats_url: str | None = None
     stream_poll_interval_seconds: float = Field(default=0.2, gt=0)
     stream_max_attempts: int = Field(default=12, ge=1)
+    # Logs (docs/observability.md, "Logs"): process logs as JSON lines on stderr, or as
+    # text when stderr is a terminal ("auto"); one line per execute request in the
+    # decision log, to stderr, stdout, a file or nowhere ("off"). The request's own data
+    # (actor, context, payload) enters the decision log only when asked: a privacy choice.
+    log_format: Literal["auto", "json", "text"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    decision_log: str = Field(default="stderr", min_length=1)
+    decision_log_context: bool = False
+    # uvicorn's access log: off, as the decision log says more about each execute.
+    access_log: bool = False
 
     @model_validator(mode="after")
     def _catalog_is_not_empty(self) -> Settings:
@@ -141,6 +151,12 @@ class Settings(BaseSettings):
         if not self.issuer:
             self.issuer = listen_origin(self.host, self.port)
         return self
+
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        # EXECAUTH_LOG_LEVEL=INFO as readily as =info (Python's and uvicorn's spelling).
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("key_rotation_period", mode="before")
     @classmethod

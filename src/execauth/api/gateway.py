@@ -21,6 +21,7 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
+from execauth.decision_log import DecisionLog
 from execauth.errors import ExecauthError, InvalidRequest, ServiceUnavailable
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
 from execauth.receipt_shape import check_receipt_shape
@@ -41,25 +42,35 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
     runtime = service.runtime
     settings = runtime.settings
     metrics = runtime.metrics
+    decision_log = DecisionLog(include_request_data=settings.decision_log_context)
 
     async def execute(request: Request) -> Response:
         started = time.perf_counter()
         status = 500
+        response: Response | None = None
+        error: Exception | None = None
         try:
             response = await _execute(request)
             status = response.status_code
             return response
         except ExecauthError as exc:
             status = exc.status
+            error = exc
+            raise
+        except Exception as exc:
+            error = exc  # answered by api/errors.py; the decision log names its type
             raise
         finally:
+            elapsed = time.perf_counter() - started
             metrics.execute_responses.labels(str(status)).inc()
-            metrics.execute_seconds.observe(time.perf_counter() - started)
+            metrics.execute_seconds.observe(elapsed)
+            decision_log.record(request, response, error, elapsed)  # one line per request
 
     async def _execute(request: Request) -> Response:
         request_id(request)
         with tracing.step("authenticate"):
             principal = await service.authenticate(request.headers.get("authorization"))
+        request.state.principal = principal  # for the decision log (org and key ids)
         tracing.annotate(org_id=principal.org.org_id)
         request.state.org_profile = principal.org.wire_profile
         with tracing.step("rate_limit"):
@@ -67,6 +78,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         request.state.rate_limit_headers = rate_limit_headers  # errors from here on carry them
         body = await read_json_body(request, settings.max_body_bytes)
         execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
+        request.state.execute_request = execute_request  # its data logged only if configured
         tracing.annotate(surface=execute_request.surface)
         result = await service.execute(principal, execute_request)
         tracing.annotate(decision=result.decision, repeated=result.repeated)
