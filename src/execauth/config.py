@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     nats_url: str | None = None
     stream_poll_interval_seconds: float = Field(default=0.2, gt=0)
     stream_max_attempts: int = Field(default=12, ge=1)
+    # Metric label budgets, per serving process (docs/observability.md, "Metrics"): past
+    # this many organizations or surfaces, new ones are counted under "other", so a
+    # tenant minting surfaces cannot create a time series each.
+    metrics_max_orgs: int = Field(default=100, ge=1)
+    metrics_max_surfaces: int = Field(default=200, ge=1)
     # Logs (docs/observability.md, "Logs"): process logs as JSON lines on stderr, or as
     # text when stderr is a terminal ("auto"); one line per execute request in the
     # decision log, to stderr, stdout, a file or nowhere ("off"). The request's own data

@@ -29,7 +29,7 @@ from execauth.keyring import (
     next_signing_change,
     unseal_signer,
 )
-from execauth.metrics import Metrics
+from execauth.metrics import Metrics, StoreCollector
 from execauth.server_secret import ServerSecret
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
@@ -274,8 +274,25 @@ def open_runtime(
         keyring.refresh(datetime.now(UTC))
     except KeyUnsealError as exc:
         raise SystemExit(f"execauth: {exc}") from exc
-    metrics = Metrics()
+    metrics = Metrics(
+        max_orgs=settings.metrics_max_orgs, max_surfaces=settings.metrics_max_surfaces
+    )
     metrics.add_shared(StreamCollector(engine))
+    metrics.add_shared(
+        StoreCollector(engine, settings.plan_catalog(), max_orgs=settings.metrics_max_orgs)
+    )
+    writer: ReceiptWriter | RemoteReceiptWriter = (
+        ReceiptWriter(
+            engine,
+            max_batch=settings.writer_max_batch,
+            timeout_seconds=settings.write_timeout_seconds,
+            on_commit=metrics.observe_commit,
+        )
+        if writer_socket is None
+        else RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds)
+    )
+    if isinstance(writer, ReceiptWriter):
+        metrics.watch_writer(writer.queued)
     token_hash = (
         None if settings.admin_token is not None else control.get_setting(ADMIN_TOKEN_SETTING)
     )
@@ -289,14 +306,7 @@ def open_runtime(
         logs=LogStore(engine),
         signing_keys=keyring.store,
         keyring=keyring,
-        writer=ReceiptWriter(
-            engine,
-            max_batch=settings.writer_max_batch,
-            timeout_seconds=settings.write_timeout_seconds,
-            on_commit=metrics.observe_commit,
-        )
-        if writer_socket is None
-        else RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds),
+        writer=writer,
         admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
         metrics=metrics,
         plans=settings.plan_catalog(),

@@ -60,6 +60,7 @@ def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
         timeout_seconds=settings.write_timeout_seconds,
         on_commit=metrics.observe_commit,
     )
+    metrics.watch_writer(writer.queued)
     sequencer = Sequencer(
         LogStore(engine),
         keyring,

@@ -18,8 +18,9 @@ async def test_metrics_count_decisions_statuses_and_commits(
     await client.post("/v1/execute", json={"surface": "deploy.production"}, headers=tenant.auth)
     await client.post("/v1/execute", json={})
     text = (await client.get("/metrics")).text
-    assert 'execauth_decisions_total{decision="PERMIT"} 1.0' in text
-    assert 'execauth_decisions_total{decision="SILENCE"} 1.0' in text
+    labels = f'org_id="{tenant.org_id}",surface="deploy.production"'
+    assert f'execauth_decisions_total{{decision="PERMIT",{labels}}} 1.0' in text
+    assert f'execauth_decisions_total{{decision="SILENCE",{labels}}} 1.0' in text
     assert 'execauth_execute_responses_total{status="200"} 2.0' in text
     assert 'execauth_execute_responses_total{status="401"} 1.0' in text
     assert "execauth_writer_batch_size_count 2.0" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from importlib.resources import files
 
@@ -22,7 +23,13 @@ from execauth.api.wire import (
     wire_profile,
 )
 from execauth.decision_log import DecisionLog
-from execauth.errors import ExecauthError, InvalidRequest, ServiceUnavailable
+from execauth.errors import (
+    ExecauthError,
+    InvalidRequest,
+    QuotaExceeded,
+    RateLimited,
+    ServiceUnavailable,
+)
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
@@ -74,13 +81,21 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         tracing.annotate(org_id=principal.org.org_id)
         request.state.org_profile = principal.org.wire_profile
         with tracing.step("rate_limit"):
-            rate_limit_headers = (await service.admit(principal)).headers()
+            try:
+                rate_limit_headers = (await service.admit(principal)).headers()
+            except RateLimited:
+                metrics.count_rate_limited(principal.org.org_id)
+                raise
         request.state.rate_limit_headers = rate_limit_headers  # errors from here on carry them
         body = await read_json_body(request, settings.max_body_bytes)
         execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
         request.state.execute_request = execute_request  # its data logged only if configured
         tracing.annotate(surface=execute_request.surface)
-        result = await service.execute(principal, execute_request)
+        try:
+            result = await service.execute(principal, execute_request)
+        except QuotaExceeded:
+            metrics.count_quota_exceeded(principal.org.org_id)
+            raise
         tracing.annotate(decision=result.decision, repeated=result.repeated)
         status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
         headers = {
@@ -91,7 +106,7 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         if result.repeated:
             headers["Idempotent-Replayed"] = "true"
         else:
-            metrics.decisions.labels(result.decision).inc()
+            metrics.count_decision(principal.org.org_id, execute_request.surface, result.decision)
         return json_response(result.receipt, status, headers)
 
     async def service_keys(request: Request) -> Response:
@@ -128,8 +143,12 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         return PlainTextResponse(OPENAPI.read_text(encoding="utf-8"), media_type="application/yaml")
 
     async def metrics_endpoint(request: Request) -> Response:
-        # Off the event loop: the stream figures are read from the database at scrape time.
-        exposition = await anyio.to_thread.run_sync(metrics.exposition)
+        # Off the event loop: the stream and store figures are read from the database at
+        # scrape time. Whether the writer answers is asked here, on the loop it serves.
+        writer_up = await runtime.writer.ready()
+        exposition = await anyio.to_thread.run_sync(
+            functools.partial(metrics.exposition, writer_up=writer_up)
+        )
         return Response(exposition, media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:

@@ -89,6 +89,10 @@ class ReceiptWriter:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def queued(self) -> int:
+        """Receipts handed to ``write`` that no batch has taken yet (for metrics)."""
+        return self._queue.qsize()
+
     async def ready(self) -> bool:
         return self.running
 
