@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from execauth.config import Settings
+from execauth.config import Settings, serving_processes
 
 
 def test_default_catalog_has_free_standard_and_unmetered_enterprise() -> None:
@@ -73,3 +74,19 @@ def test_the_log_level_and_format_are_read_in_any_case(monkeypatch: pytest.Monke
 def test_an_unknown_log_level_or_format_is_refused(field: str) -> None:
     with pytest.raises(ValidationError):
         Settings.model_validate({field: "verbose"})
+
+
+def test_serve_starts_one_worker_per_usable_core_by_default() -> None:
+    assert Settings().workers is None  # resolved by `execauth serve`, not by the settings
+    assert serving_processes(Path("/nonexistent")) == min(len(os.sched_getaffinity(0)), 64)
+
+
+def test_a_cgroup_cpu_quota_caps_the_workers(tmp_path: Path) -> None:
+    """A container limited to 1.5 CPUs gets 2 workers, not one per core of the host."""
+    cores = len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert serving_processes(tmp_path) == min(cores, 2)
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert serving_processes(tmp_path) == 1
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert serving_processes(tmp_path) == min(cores, 64)

@@ -68,7 +68,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     # Serving processes of ``execauth serve`` (one Python process uses about one core).
-    workers: int = Field(default=1, ge=1, le=64)
+    # Unset: one per core this process may use (``serving_processes``).
+    workers: int | None = Field(default=None, ge=1, le=64)
     redis_url: str | None = None
     # A limiter that does not answer within this bound fails the request closed (503).
     rate_limit_timeout_seconds: float = 0.5
@@ -236,3 +237,19 @@ def listen_origin(host: str, port: int) -> str:
 
 def load_settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
+
+
+def serving_processes(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """One gateway process per core this process may run on: the CPUs it is allowed
+    (affinity), capped by a cgroup v2 CPU quota (a container's ``--cpus`` or a pod's CPU
+    limit), which ``os.cpu_count()`` ignores and which would otherwise start a worker
+    for every core of the host."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    cores = allowed or os.cpu_count() or 1
+    try:
+        quota, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return max(1, min(cores, 64))
+    if quota != "max" and int(period) > 0:
+        cores = min(cores, max(1, -(-int(quota) // int(period))))  # rounded up
+    return max(1, min(cores, 64))

@@ -185,7 +185,7 @@ class ExecutionService:
             runtime.settings.redis_url,
             timeout_seconds=runtime.settings.rate_limit_timeout_seconds,
             prefix="execauth",
-            processes=runtime.settings.workers,
+            processes=runtime.settings.workers or 1,
         )
         self.approvals = ApprovalStore(runtime.engine)
 

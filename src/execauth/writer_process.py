@@ -31,6 +31,7 @@ from multiprocessing.process import BaseProcess
 import uvloop
 
 from execauth.config import Settings
+from execauth.logs import name_process, setup_logging
 from execauth.metrics import Metrics
 from execauth.runtime import Keyring, open_stores
 from execauth.sequencer import Sequencer
@@ -45,11 +46,12 @@ DRAIN_MARGIN_SECONDS = 5.0
 READY_TIMEOUT_SECONDS = 30.0
 
 
-def run_writer_process(socket_path: str, log_level: str = "INFO") -> None:
+def run_writer_process(socket_path: str) -> None:
     """The writer process's main (a ``multiprocessing`` spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings()
+    name_process("writer")
+    settings = Settings()  # EXECAUTH_LOG_LEVEL and the rest, from the parent's environment
+    setup_logging(settings)
     secret, engine = open_stores(settings, migrate=False)
     keyring = Keyring(SigningKeyStore(engine), secret)
     keyring.refresh(datetime.now(UTC))
@@ -129,12 +131,9 @@ async def _serve(
 class WriterProcess:
     """The parent's handle on the writer process."""
 
-    def __init__(
-        self, socket_path: str, *, log_level: str = "info", drain_seconds: float = 30.0
-    ) -> None:
+    def __init__(self, socket_path: str, *, drain_seconds: float = 30.0) -> None:
         self.socket_path = socket_path
         self._drain_seconds = drain_seconds + DRAIN_MARGIN_SECONDS
-        self._log_level = log_level
         self._context = multiprocessing.get_context("spawn")
         self._process: BaseProcess | None = None
         self._stopping = threading.Event()
@@ -168,7 +167,7 @@ class WriterProcess:
             os.unlink(self.socket_path)
         process = self._context.Process(
             target=run_writer_process,
-            args=(self.socket_path, self._log_level),
+            args=(self.socket_path,),
             name="execauth-writer",
         )
         process.start()

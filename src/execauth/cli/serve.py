@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import shutil
@@ -23,9 +22,11 @@ from execauth.api.server_limits import LimitedConfig, ServerLimits
 from execauth.api.worker import (
     SHARED_GENERATION_VARIABLE,
     SURFACES_VARIABLE,
+    WORKER_SLOTS_VARIABLE,
     WRITER_SOCKET_VARIABLE,
 )
-from execauth.config import Settings
+from execauth.config import Settings, serving_processes
+from execauth.logs import logging_config, name_process, setup_logging
 from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
 from execauth.runtime import bootstrap, prepare
 from execauth.writer_process import WriterProcess
@@ -44,21 +45,34 @@ def serve(
             min=1, max=64, help="Serving processes, about one per core [EXECAUTH_WORKERS]."
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="Log level of every process: debug, info… [EXECAUTH_LOG_LEVEL]."),
+    ] = None,
 ) -> None:
     """Run the service (all surfaces unless --surface narrows them)."""
     # The workers read their settings from the environment, like this process; so does
     # the issuer, derived from host and port unless EXECAUTH_ISSUER is set.
-    for name, value in (("WORKERS", workers), ("HOST", host), ("PORT", port)):
+    # So does the log level: the writer and the workers configure their own logging.
+    options = (("WORKERS", workers), ("HOST", host), ("PORT", port), ("LOG_LEVEL", log_level))
+    for name, value in options:
         if value is not None:
             os.environ[f"EXECAUTH_{name}"] = str(value)
     settings = Settings()
+    if settings.workers is None:
+        # One gateway process per usable core, as a deployer would run it (the workers
+        # read the count from the environment too).
+        os.environ["EXECAUTH_WORKERS"] = str(serving_processes())
+        settings = Settings()
+    processes = settings.workers or 1
     chosen = tuple(surface) if surface else SURFACES
     unknown = [s for s in chosen if s not in SURFACES]
     if unknown:
         raise typer.BadParameter(f"unknown surface(s): {', '.join(unknown)}")
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    listen = (host or settings.host, port or settings.port, log_level)
+    # ps shows the role of each process; with one worker this one does everything.
+    name_process("server" if settings.workers == 1 else "supervisor")
+    setup_logging(settings)
+    listen = (host or settings.host, port or settings.port, settings.log_level)
     proxies = settings.forwarded_allow_ips
     if settings.workers == 1:
         runtime = bootstrap(settings)
@@ -79,11 +93,11 @@ def serve(
     Path(scratch, "metrics").mkdir()
     os.environ[SURFACES_VARIABLE] = ",".join(chosen)
     writer = WriterProcess(
-        str(Path(scratch, "writer.sock")),
-        log_level=log_level,
-        drain_seconds=settings.shutdown_timeout_seconds,
+        str(Path(scratch, "writer.sock")), drain_seconds=settings.shutdown_timeout_seconds
     )
     os.environ[WRITER_SOCKET_VARIABLE] = writer.socket_path
+    os.environ[WORKER_SLOTS_VARIABLE] = str(Path(scratch, "slots"))
+    Path(scratch, "slots").mkdir()
     os.environ[SHARED_GENERATION_VARIABLE] = str(Path(scratch, "generation"))
     try:
         writer.start()
@@ -91,7 +105,7 @@ def serve(
             "execauth.api.worker:worker_app",
             *listen,
             settings=settings,
-            workers=settings.workers,
+            workers=processes,
             forwarded_allow_ips=proxies,
         )
     finally:
@@ -109,8 +123,9 @@ def _run_uvicorn(
     workers: int = 1,
     forwarded_allow_ips: str = "",
 ) -> None:
-    """uvicorn as we serve: uvloop, httptools with our limits (api/server_limits.py), no
-    access log; a string app is a factory.
+    """uvicorn as we serve: uvloop, httptools with our limits (api/server_limits.py), our
+    logging (execauth/logs.py; each worker process applies it again), no access log
+    unless EXECAUTH_ACCESS_LOG; a string app is a factory.
 
     Forwarded headers are believed only from ``forwarded_allow_ips`` (EXECAUTH_FORWARDED_ALLOW_IPS):
     uvicorn would otherwise trust them from 127.0.0.1 (or $FORWARDED_ALLOW_IPS) by default.
@@ -129,8 +144,9 @@ def _run_uvicorn(
         workers=workers if isinstance(app, str) else None,
         factory=isinstance(app, str),
         loop="uvloop",
+        log_config=logging_config(settings),
         log_level=log_level,
-        access_log=False,
+        access_log=settings.access_log,
         server_header=False,
         # Past this many connections (or requests in progress) a request gets 503; the
         # read deadlines of server_limits keep half-sent connections from holding it.
