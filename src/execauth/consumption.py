@@ -5,9 +5,9 @@ primary key of ``receipt_consumptions``: the database lets exactly one consumer
 commit, across instances), an audit event and an entry in the PERMIT's lineage.
 Refused, before anything is written: a key that may not consume (an auditor), a
 receipt this org does not hold or this key may not see (404, whether it exists
-elsewhere or not), a receipt that is not a PERMIT and a PERMIT past its
-``expires_at`` by the injected clock (422), a receipt used already (409, with when
-and by whom). Fail closed: only a committed claim returns a ``Consumption``.
+elsewhere or not); a receipt that is not a PERMIT, a PERMIT past its ``expires_at``
+by the injected clock, a receipt used already (409 each, with its own code; the last
+says when and by whom). Fail closed: only a committed claim returns a ``Consumption``.
 
 The org's Merkle log holds receipts only (docs/ledger.md: each leaf is one signed
 receipt); a consumption is recorded in the audit trail and the lineage, both

@@ -14,10 +14,10 @@ bodies. The tree:
     ├── MethodNotAllowed        405 method_not_allowed
     ├── IdempotencyConflict     409 idempotency_conflict
     ├── ReceiptAlreadyConsumed  409 receipt_already_consumed
+    ├── ReceiptNotPermit        409 receipt_not_permit
+    │   └── ReceiptExpired      409 receipt_expired
     ├── PayloadTooLarge         413 payload_too_large
     ├── UnsupportedMediaType    415 unsupported_media_type
-    ├── ReceiptNotPermit        422 receipt_not_permit
-    │   └── ReceiptExpired      422 receipt_expired
     ├── RateLimited             429 rate_limited
     ├── QuotaExceeded           429 SERVICE_PLAN_LIMIT_EXCEEDED
     ├── ClientDisconnected      499 client_closed_request (nobody reads it)
@@ -107,10 +107,14 @@ class UnsupportedMediaType(ExecauthError):
 
 
 class ReceiptNotPermit(ExecauthError):
-    """Only a PERMIT can be used: a DENY, SILENCE or ESCALATE receipt never can."""
+    """Only a PERMIT can be used: a DENY, SILENCE or ESCALATE receipt never can.
+
+    409 like an already used one: the receipt exists and the caller may see it, but its
+    state does not allow the use; the code says which state (docs/receipts.md).
+    """
 
     code = "receipt_not_permit"
-    status = 422
+    status = 409
 
 
 class ReceiptExpired(ReceiptNotPermit):

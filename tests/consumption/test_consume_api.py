@@ -85,7 +85,7 @@ async def test_an_expired_permit_is_refused(
 
     answer = await consume(client, receipt["receipt_id"], org.executor)
 
-    assert answer.status_code == 422, answer.text
+    assert answer.status_code == 409, answer.text
     assert answer.json()["error"] == "receipt_expired"
 
 
@@ -106,7 +106,7 @@ async def test_a_deny_receipt_is_refused(client: httpx.AsyncClient, org: Org) ->
 
     answer = await consume(client, receipt["receipt_id"], org.executor)
 
-    assert answer.status_code == 422, answer.text
+    assert answer.status_code == 409, answer.text
     assert answer.json()["error"] == "receipt_not_permit"
     assert "DENY" in answer.json()["message"]
 
@@ -119,7 +119,7 @@ async def test_an_escalate_receipt_is_refused(client: httpx.AsyncClient, org: Or
 
     answer = await consume(client, escalated.json()["receipt_id"], org.executor)
 
-    assert answer.status_code == 422, answer.text
+    assert answer.status_code == 409, answer.text
     assert answer.json()["error"] == "receipt_not_permit"
 
 
