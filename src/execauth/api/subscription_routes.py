@@ -7,6 +7,7 @@ webhook's signing secret is answered once, at creation, and stored sealed.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +27,11 @@ from execauth.errors import InvalidRequest, NotFound
 from execauth.server_secret import ServerSecret
 from execauth.service import Clock
 from execauth.store.subscriptions import ACTIVE, PAUSED, Subscription, SubscriptionStore
-from execauth.streaming.events import new_webhook_secret, seal_webhook_secret
+from execauth.streaming.events import (
+    new_webhook_secret,
+    parse_event_types,
+    seal_webhook_secret,
+)
 from execauth.tenancy.audit import AuditEvent
 
 # A NATS subject of plain tokens: no wildcards (a publisher names one subject), no spaces.
@@ -39,6 +44,7 @@ class NewSubscription(msgspec.Struct, forbid_unknown_fields=True):
     url: str | None = None
     subject: str | None = None
     start: str | int = "now"  # "now", "beginning", or a log index
+    events: list[str] | None = None  # event types delivered (docs/observability.md); None: all
 
 
 class Resume(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,7 +68,18 @@ def subscription_view(subscription: Subscription, log_size: int) -> dict[str, An
         "next_attempt_at": ts(subscription.next_attempt_at),
         "created_at": ts(subscription.created_at),
         "delivered_at": ts(subscription.delivered_at),
+        "events": None if subscription.events is None else list(subscription.events),
     }
+
+
+def event_filter(values: list[str] | None) -> str | None:
+    """The stored form of a subscription's ``events`` (JSON list); ``None``: every event."""
+    if values is None:
+        return None
+    try:
+        return json.dumps(list(parse_event_types(values)))
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
 
 
 class SubscriptionHandlers:
@@ -87,6 +104,7 @@ class SubscriptionHandlers:
         )
         name = text(spec.name, "name", max_length=128)
         target, secret = self._target(spec)
+        events = event_filter(spec.events)
         log_size = await anyio.to_thread.run_sync(self._store.log_size, org_id)
         start = self._start(spec.start, log_size)
         now = self._clock()
@@ -107,6 +125,7 @@ class SubscriptionHandlers:
             next_attempt_at=now,
             created_at=now,
             delivered_at=None,
+            event_types=events,
         )
         audit = AuditEvent(
             org_id,
@@ -114,7 +133,7 @@ class SubscriptionHandlers:
             actor,
             "subscription.created",
             subscription_id,
-            {"sink": spec.sink, "target": target, "start": start},
+            {"sink": spec.sink, "target": target, "start": start, "events": subscription.events},
         )
         await anyio.to_thread.run_sync(self._store.create, subscription, audit)
         view = subscription_view(subscription, log_size)

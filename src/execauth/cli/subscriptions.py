@@ -59,6 +59,15 @@ def create(
     start: Annotated[
         str, typer.Option(help="now, beginning, or a log index to start from.")
     ] = "now",
+    events: Annotated[
+        str | None,
+        typer.Option(
+            "--events",
+            help="Only these event types, comma-separated: execauth.decision, "
+            "execauth.approval.pending|approved|rejected|expired, execauth.approval.*. "
+            "Default: every event.",
+        ),
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     as_json: JsonFlag = False,
 ) -> None:
@@ -67,6 +76,9 @@ def create(
         typer.echo("error: give exactly one of --webhook URL and --nats SUBJECT", err=True)
         raise typer.Exit(EXIT_USAGE)
     body: dict[str, Any] = {"name": name, "start": _start(start)}
+    if events is not None:
+        # The service validates the names: one list of known types, in one place.
+        body["events"] = [e.strip() for e in events.split(",") if e.strip()]
     if webhook is not None:
         body |= {"sink": "webhook", "url": webhook}
     else:

@@ -8,14 +8,20 @@ per subscription: the conditional UPDATE that takes it is the only arbiter.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+import msgspec
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
 
+from execauth.approvals import Vote
+from execauth.receipts import execution_id_for
 from execauth.store.audit import append_audit
-from execauth.store.tables import executions, log_leaves, subscriptions
-from execauth.streaming.events import DecisionEvent
+from execauth.store.tables import approval_votes, executions, log_leaves, subscriptions
+from execauth.streaming.events import DecisionEvent, approval_state, approval_view, event_type
 from execauth.tenancy.audit import AuditEvent
 
 ACTIVE = "active"
@@ -40,6 +46,12 @@ class Subscription:
     next_attempt_at: datetime
     created_at: datetime
     delivered_at: datetime | None
+    event_types: str | None = None  # JSON list (streaming.events.parse_event_types); None: all
+
+    @property
+    def events(self) -> tuple[str, ...] | None:
+        """The types this subscription delivers; ``None``: every event."""
+        return None if self.event_types is None else tuple(json.loads(self.event_types))
 
 
 _COLUMNS = [getattr(subscriptions.c, f) for f in Subscription.__dataclass_fields__]
@@ -119,6 +131,23 @@ class SubscriptionStore:
                 append_audit(conn, audit)
         return bool(changed)
 
+    def set_event_types(
+        self, org_id: str, subscription_id: str, event_types: str | None, audit: AuditEvent
+    ) -> bool:
+        """Change which event types it delivers (from its cursor on; nothing is re-sent)."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(subscriptions)
+                .where(
+                    subscriptions.c.org_id == org_id,
+                    subscriptions.c.subscription_id == subscription_id,
+                )
+                .values(event_types=event_types)
+            ).rowcount
+            if changed:
+                append_audit(conn, audit)
+        return bool(changed)
+
     def log_size(self, org_id: str) -> int:
         """How many entries the org's log holds: the index the next one will get."""
         with self.engine.connect() as conn:
@@ -168,21 +197,40 @@ class SubscriptionStore:
                     log_leaves.c.execution_id,
                     log_leaves.c.sequenced_at,
                     executions.c.receipt,
+                    executions.c.decision,
+                    executions.c.evaluation_input,
                 )
                 .join(executions, executions.c.execution_id == log_leaves.c.execution_id)
                 .where(log_leaves.c.org_id == org_id, log_leaves.c.log_index >= from_index)
                 .order_by(log_leaves.c.log_index)
                 .limit(limit)
             ).all()
-        return [
-            DecisionEvent(org_id, int(index), execution_id, sequenced_at, bytes(receipt))
-            for index, execution_id, sequenced_at, receipt in rows
-        ]
+            events = []
+            for index, execution_id, sequenced_at, receipt, decision, evaluation_input in rows:
+                event = DecisionEvent(
+                    org_id, int(index), execution_id, sequenced_at, bytes(receipt)
+                )
+                # Only an ESCALATE or an approval's outcome is parsed here (the bytes test is a
+                # cheap pre-filter): every other entry stays an ``execauth.decision``.
+                if decision == "ESCALATE" or b'"approval_outcome"' in event.receipt:
+                    event = _approval_step(conn, event, evaluation_input)
+                events.append(event)
+        return events
 
     def advance(
-        self, subscription_id: str, owner: str, from_index: int, to_index: int, now: datetime
+        self,
+        subscription_id: str,
+        owner: str,
+        from_index: int,
+        to_index: int,
+        now: datetime,
+        *,
+        delivered: int | None = None,
     ) -> bool:
         """Record that everything before ``to_index`` was acknowledged.
+
+        ``delivered``: how many of those entries were sent (fewer when the subscription
+        filters event types); by default all of them.
 
         Guarded by the lease and the old position: an instance whose lease ran out while
         it delivered cannot move a cursor another instance has moved since (what it
@@ -198,7 +246,8 @@ class SubscriptionStore:
                 )
                 .values(
                     next_index=to_index,
-                    delivered=subscriptions.c.delivered + (to_index - from_index),
+                    delivered=subscriptions.c.delivered
+                    + (to_index - from_index if delivered is None else delivered),
                     attempts=0,
                     last_error=None,
                     delivered_at=now,
@@ -242,3 +291,39 @@ class SubscriptionStore:
                 .where(subscriptions.c.lease_owner == owner)
                 .values(lease_owner=None, lease_until=None)
             )
+
+
+def _approval_step(conn: Connection, event: DecisionEvent, evaluation_input: str) -> DecisionEvent:
+    """``event`` typed and given its ``approval`` object when its receipt is an approval's step.
+
+    Everything read is final for this entry: the ESCALATE receipt, the terms stored with
+    it (an outcome carries the same evaluation input), and a final approval's votes.
+    """
+    receipt: dict[str, Any] = msgspec.json.decode(event.receipt)
+    state = approval_state(receipt)
+    if state is None or "approval_id" not in receipt:
+        return event
+    terms = json.loads(evaluation_input).get("approval", {})
+    if state == "pending":
+        escalation, votes, decided_at = receipt, [], None
+    else:
+        escalation_bytes = conn.execute(
+            select(executions.c.receipt).where(
+                executions.c.execution_id == execution_id_for(str(receipt["approval_id"]))
+            )
+        ).scalar_one_or_none()
+        if escalation_bytes is None:  # cannot happen: the outcome is issued from it
+            return dataclasses.replace(event, kind=event_type(receipt))
+        escalation = msgspec.json.decode(escalation_bytes)
+        query = (
+            select(approval_votes)
+            .where(approval_votes.c.approval_id == receipt["approval_id"])
+            .order_by(approval_votes.c.voted_at, approval_votes.c.approver_key_id)
+        )
+        votes = [
+            Vote(r["approver_key_id"], r["vote"], r["actor"], r["reason"], r["voted_at"]).as_json()
+            for r in conn.execute(query).mappings()
+        ]
+        decided_at = receipt.get("timestamp")
+    view = approval_view(state, escalation, terms, votes, decided_at)
+    return dataclasses.replace(event, kind=event_type(receipt), approval=view)

@@ -143,6 +143,14 @@ executions = Table(
         sqlite_where=text("log_index IS NULL"),
         postgresql_where=text("log_index IS NULL"),
     ),
+    # The expiry sweep's walk over escalations (migration 0010, execauth.approval_sweep).
+    Index(
+        "ix_executions_escalations",
+        "decided_at_ms",
+        "execution_id",
+        sqlite_where=text("decision = 'ESCALATE'"),
+        postgresql_where=text("decision = 'ESCALATE'"),
+    ),
 )
 
 usage_counters = Table(
@@ -256,6 +264,8 @@ subscriptions = Table(
     Column("lease_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("delivered_at", UTCDateTime, nullable=True),
+    # JSON list of event types delivered (migration 0010); NULL: every event.
+    Column("event_types", Text, nullable=True),
     Index("ix_subscriptions_org_id", "org_id"),
 )
 

@@ -8,6 +8,9 @@ receipts), hands them to the sink, and moves the cursor only after the sink
 acknowledged them. A crash between the acknowledgement and the cursor's update sends
 those events again: receivers de-duplicate by event id (JetStream does it itself).
 
+A subscription may filter event types (``execauth.approval.*`` only, say): the entries it
+does not want are passed over, the cursor still moving through every one of them.
+
 A failing sink is retried with exponential backoff; after ``max_attempts`` failures in
 a row the subscription waits in ``dead_letter`` until someone resumes it. It never
 skips ahead: per organization, order is the log's order (docs/observability.md).
@@ -16,6 +19,7 @@ skips ahead: per organization, order is the log's order (docs/observability.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -28,7 +32,7 @@ from ulid import ULID
 from execauth.config import Settings
 from execauth.server_secret import ServerSecret
 from execauth.store.subscriptions import Subscription, SubscriptionStore
-from execauth.streaming.events import backoff_seconds, unseal_webhook_secret
+from execauth.streaming.events import backoff_seconds, unseal_webhook_secret, wanted
 from execauth.streaming.sinks import DeliveryFailed, JetStreamSink, Sink, WebhookSink
 
 log = logging.getLogger("execauth.streaming")
@@ -117,24 +121,31 @@ class Dispatcher:
             if events[0].log_index != position:  # logs are gap-free: this cannot happen
                 await self._failed(subscription, f"log entry {position} is missing")
                 break
+            # A filtered-out entry is passed over like an acknowledged one: the cursor still
+            # walks the whole log, so order and "nothing missed" hold for what is wanted.
+            chosen = [e for e in events if wanted(subscription.events, e.kind)]
             try:
-                sink = self._sink_for(subscription)
-                await sink.deliver(events, self._clock())
+                if chosen:
+                    sink = self._sink_for(subscription)
+                    await sink.deliver(chosen, self._clock())
             except (DeliveryFailed, ValueError) as exc:
                 await self._failed(subscription, str(exc))
                 break
             after = events[-1].log_index + 1
             moved = await asyncio.to_thread(
-                self._store.advance,
-                subscription.subscription_id,
-                self.owner,
-                position,
-                after,
-                self._clock(),
+                functools.partial(
+                    self._store.advance,
+                    subscription.subscription_id,
+                    self.owner,
+                    position,
+                    after,
+                    self._clock(),
+                    delivered=len(chosen),
+                )
             )
             if not moved:  # our lease went to another instance meanwhile: let it go on
                 break
-            delivered += len(events)
+            delivered += len(chosen)
             position = after
             if len(events) < self._settings.batch_size:
                 break

@@ -28,8 +28,88 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from execauth.server_secret import ServerSecret
 from execauth.wire_time import format_timestamp
 
-EVENT_TYPE = "execauth.decision"
+EVENT_TYPE = "execauth.decision"  # every entry that is not a step of an approval
+APPROVAL_STATES = ("pending", "approved", "rejected", "expired")
+APPROVAL_PREFIX = "execauth.approval."
+APPROVAL_TYPES = tuple(APPROVAL_PREFIX + state for state in APPROVAL_STATES)
+EVENT_TYPES = (EVENT_TYPE, *APPROVAL_TYPES)
+APPROVAL_WILDCARD = APPROVAL_PREFIX + "*"
 SECRET_PREFIX = "whsec_"  # noqa: S105 (a format prefix, not a secret)
+
+
+def approval_state(receipt: dict[str, Any]) -> str | None:
+    """Which step of an approval a receipt is, if any: its ESCALATE opens one (pending),
+    its outcome receipt names how it ended (``approval_outcome``)."""
+    if receipt.get("decision") == "ESCALATE":
+        return "pending"
+    ended = receipt.get("approval_outcome")
+    return ended if ended in APPROVAL_STATES else None
+
+
+def event_type(receipt: dict[str, Any]) -> str:
+    """The event's ``type``, derived from the signed receipt alone (docs/observability.md)."""
+    state = approval_state(receipt)
+    return EVENT_TYPE if state is None else APPROVAL_PREFIX + state
+
+
+def parse_event_types(values: list[str]) -> tuple[str, ...]:
+    """A subscription's filter: known types and ``execauth.approval.*``; ``ValueError`` else.
+
+    Sorted and de-duplicated, so equal filters are stored alike.
+    """
+    if not values:
+        raise ValueError("events must name at least one event type (omit it for every event)")
+    unknown = [v for v in values if v not in EVENT_TYPES and v != APPROVAL_WILDCARD]
+    if unknown:
+        allowed = ", ".join((*EVENT_TYPES, APPROVAL_WILDCARD))
+        raise ValueError(f"unknown event type(s) {', '.join(unknown)}; known: {allowed}")
+    return tuple(sorted(set(values)))
+
+
+def wanted(event_types: tuple[str, ...] | None, kind: str) -> bool:
+    """Whether a subscription filtering on ``event_types`` (``None``: no filter) gets ``kind``."""
+    if event_types is None:
+        return True
+    if kind.startswith(APPROVAL_PREFIX) and APPROVAL_WILDCARD in event_types:
+        return True
+    return kind in event_types
+
+
+def approval_view(
+    state: str,
+    escalation: dict[str, Any],
+    terms: dict[str, Any],
+    votes: list[dict[str, Any]],
+    decided_at: str | None,
+) -> dict[str, Any]:
+    """The envelope's ``approval``: enough to route a step to chat or paging unparsed.
+
+    Built only from what is stored and final for that log entry (the ESCALATE receipt,
+    the terms it was decided under, the votes of a final approval), so a redelivery
+    carries the same object. ``votes`` is empty for ``pending``: the event is the request.
+    """
+    approval_id = str(escalation["approval_id"])
+    issuer = str(escalation.get("issuer", "")).rstrip("/")
+    return {
+        "approval_id": approval_id,
+        "state": state,
+        "surface": escalation.get("surface"),
+        "actor": escalation.get("actor"),
+        "action": escalation.get("action"),
+        "policy_id": escalation.get("policy_id"),
+        "rule_id": escalation.get("rule_id"),
+        "requested_by": terms.get("requester_key_id"),
+        "approvers": {"roles": list(terms.get("roles", [])), "keys": list(terms.get("keys", []))},
+        "quorum": escalation.get("approval_quorum"),
+        "approvals": sum(1 for v in votes if v.get("vote") == "approve"),
+        "votes": votes,
+        "requested_at": escalation.get("timestamp"),
+        "expires_at": escalation.get("approval_expires_at"),
+        "decided_at": decided_at,
+        "escalation_receipt_id": escalation.get("receipt_id"),
+        "follow_url": escalation.get("approval_url", f"{issuer}/v1/approvals/{approval_id}"),
+        "console_url": f"{issuer}/console/approvals/{approval_id}",
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +119,8 @@ class DecisionEvent:
     execution_id: str
     sequenced_at: datetime
     receipt: bytes  # the stored receipt bytes, exactly as answered
+    kind: str = EVENT_TYPE  # the envelope's ``type`` (``event_type`` of the receipt)
+    approval: dict[str, Any] | None = None  # ``approval_view`` for an approval's step
 
     @property
     def event_id(self) -> str:
@@ -46,15 +128,18 @@ class DecisionEvent:
         return f"{self.org_id}:{self.log_index}"
 
     def envelope(self) -> dict[str, Any]:
-        return {
+        envelope: dict[str, Any] = {
             "id": self.event_id,
-            "type": EVENT_TYPE,
+            "type": self.kind,
             "org_id": self.org_id,
             "log_index": self.log_index,
             "execution_id": self.execution_id,
             "sequenced_at": format_timestamp(self.sequenced_at),
             "receipt": json.loads(self.receipt),
         }
+        if self.approval is not None:
+            envelope["approval"] = self.approval
+        return envelope
 
     def encode(self) -> bytes:
         return json.dumps(self.envelope(), separators=(",", ":"), sort_keys=True).encode()
