@@ -122,6 +122,11 @@ class Settings(BaseSettings):
     nats_url: str | None = None
     stream_poll_interval_seconds: float = Field(default=0.2, gt=0)
     stream_max_attempts: int = Field(default=12, ge=1)
+    # The approval expiry sweep (docs/approvals.md, "Notifications"): how often each serving
+    # process settles approvals whose deadline passed, and how many unsettled escalations
+    # one pass looks at. 0 turns the sweep off (expiry is then settled only when read).
+    approval_sweep_interval_seconds: float = Field(default=10.0, ge=0)
+    approval_sweep_batch: int = Field(default=100, ge=1, le=10_000)
     # Metric label budgets, per serving process (docs/observability.md, "Metrics"): past
     # this many organizations or surfaces, new ones are counted under "other", so a
     # tenant minting surfaces cannot create a time series each.

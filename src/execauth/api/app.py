@@ -27,6 +27,7 @@ from execauth.api.gateway import gateway_routes
 from execauth.api.ledger_routes import ledger_routes
 from execauth.api.operator import operator_routes
 from execauth.api.origin_check import IssuerOriginCheck
+from execauth.approval_sweep import ApprovalSweep, run_sweep
 from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
 from execauth.sequencer import Sequencer
@@ -91,6 +92,15 @@ def create_app(
                 dispatcher.start()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_refresh_keys, runtime, service)
+            if runtime.settings.approval_sweep_interval_seconds > 0:
+                # Every serving process sweeps; the settle path issues each receipt once.
+                sweep = ApprovalSweep(
+                    service.approvals,
+                    service.issue_outcome,
+                    clock=service.clock,
+                    batch=runtime.settings.approval_sweep_batch,
+                )
+                tasks.start_soon(run_sweep, sweep, runtime.settings.approval_sweep_interval_seconds)
             try:
                 yield
             finally:
