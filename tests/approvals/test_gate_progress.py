@@ -1,11 +1,15 @@
-"""What ``execauth gate`` shows on stderr while it waits for an approval (injected clock)."""
+"""gate while it waits: the progress it shows (injected clock), --approval-timeout parsing."""
 
 from __future__ import annotations
 
 import io
+import sys
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from execauth.cli import app
 from execauth.cli.gate import EX_USAGE, Progress, Refused, _approval_timeout
 
 APPROVAL_ID = "service_appr_01M85ZZZZZZZZZZZZZZZZZZZZZ"
@@ -61,3 +65,15 @@ def test_approval_timeout_below_a_second_or_not_a_duration_is_a_usage_error() ->
         with pytest.raises(Refused) as refused:
             _approval_timeout(raw)
         assert refused.value.status == EX_USAGE, raw
+
+
+def test_observe_with_approval_timeout_is_a_usage_error_and_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    result = CliRunner().invoke(
+        app,
+        ["gate", "--surface", "deploy.production", "--observe", "--approval-timeout", "1m",
+         "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        env={"EXECAUTH_API_KEY": "service_live_unused", "EXECAUTH_URL": "http://127.0.0.1:9"},
+    )  # fmt: skip
+    assert result.exit_code == EX_USAGE, result.stderr
+    assert not marker.exists()
