@@ -3,8 +3,8 @@
 ``execauth_client``'s ``require_permit`` has already verified the receipt offline
 (authentic, unexpired, a PERMIT for exactly this surface, actor and request digest).
 ``admit`` is where a receipt becomes permission to call one tool: it checks again what
-this call depends on, and it is where bound grants (a PERMIT's ``constraints``) and
-single use (consume before acting) are enforced as they arrive (docs/agents.md).
+this call depends on, then the PERMIT's bound grant (its ``constraints``) against the
+call's arguments, then single use (consume before acting) (docs/agents.md, "Bound grants").
 Anything it cannot confirm is a ``CallRefused``: the tool is not called.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execauth_client import Receipt
+from execauth_client.intent import Intent, check_constraints
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,31 @@ class CallRefused(Exception):
         self.receipt = receipt
 
 
+def call_intent(call: ToolCall) -> Intent:
+    """The call as an intent: every argument for ``allowed_tool_args``, and the arguments
+    named ``amount``, ``currency``, ``command`` (an argv list) and ``resources`` (a list of
+    strings) for the constraints of those names. An argument of another shape states no
+    value, so a constraint that needs it refuses the call (docs/agents.md)."""
+    args = call.arguments
+    amount = args.get("amount")
+    currency = args.get("currency")
+    command = args.get("command")
+    resources = args.get("resources")
+    return Intent(
+        surface=call.surface,
+        actor=call.actor,
+        amount=amount if isinstance(amount, int | float) and not isinstance(amount, bool) else None,
+        currency=currency if isinstance(currency, str) else None,
+        command=command if _strings(command) else None,
+        resources=resources if _strings(resources) else None,
+        tool_args=args,
+    )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 async def admit(receipt: Receipt, call: ToolCall) -> Receipt:
     """``receipt`` if it lets ``call`` go ahead; else raise ``CallRefused``."""
     if receipt.decision != "PERMIT":
@@ -48,4 +74,11 @@ async def admit(receipt: Receipt, call: ToolCall) -> Receipt:
             f"not {call.surface!r} by {call.actor!r}",
             receipt,
         )
+    # The bound grant: an argument beyond a constraint, or a constraint the gateway
+    # cannot check (an x_ one), refuses the call before anything is consumed or called.
+    grant = check_constraints(receipt, call_intent(call))
+    if not grant.ok:
+        raise CallRefused(grant.reason or "constraint_unverifiable", grant.detail, receipt)
+    # Single use (receipt.single_use): consumed here, after the grant is checked and
+    # before the tool is called, so a refused call never uses the PERMIT up.
     return receipt

@@ -114,6 +114,21 @@ def check_intent(
     return IntentCheck(False, problem[0], problem[1])
 
 
+def check_constraints(
+    receipt: Receipt | Mapping[str, Any],
+    intent: Intent,
+    *,
+    checkers: Mapping[str, Checker] | None = None,
+) -> IntentCheck:
+    """Only the bound grant of ``receipt`` against ``intent``: for a caller that has
+    already checked decision, expiry, surface, actor and digest (``require_permit``)."""
+    raw = receipt.raw if isinstance(receipt, Receipt) else receipt
+    problem = _constraints_problem(raw.get("constraints"), intent, checkers or {})
+    if problem is None:
+        return IntentCheck(True, None, "the PERMIT's constraints cover this intent")
+    return IntentCheck(False, problem[0], problem[1])
+
+
 def require_intent(
     receipt: Receipt,
     intent: Intent,
