@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -160,8 +161,12 @@ def execauth_server(
     workers: int,
     *,
     joining: Server | None = None,
+    otel: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """``execauth serve`` with an org, an execute key and bench/policy.yaml in place.
+
+    ``otel``: the OTEL_* variables to run it with; without them tracing is off, whatever
+    the shell running the benchmark has set.
 
     ``joining``: a second instance on the same database, with the first one's secret
     key, admin token and execute key (the org and policy are already there).
@@ -179,6 +184,7 @@ def execauth_server(
         EXECAUTH_CONFIG_FILE=str(home / "execauth.toml"),
         EXECAUTH_ISSUER=joining.private["issuer"] if joining else f"http://127.0.0.1:{port}",
     )
+    env = {k: v for k, v in env.items() if not k.startswith("OTEL_")} | (otel or {})
     argv = [
         str(BIN / "execauth"),
         "serve",
@@ -206,6 +212,45 @@ def execauth_server(
         issuer = env["EXECAUTH_ISSUER"]
         server.private |= {"admin": admin, "secret_key": secret_key, "issuer": issuer}
         yield server
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[dict[str, int]]:
+    """An OTLP/HTTP endpoint on loopback that takes span batches and discards them.
+
+    What the traced run pays is execauth's side: building spans and exporting them.
+    Decoding and storing them is the collector's work, left out (counts only).
+    """
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    counts = {"requests": 0, "bytes": 0}
+
+    class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector offers
+
+        def do_POST(self) -> None:
+            size = int(self.headers.get("Content-Length", "0"))
+            self.rfile.read(size)
+            counts["requests"] += 1
+            counts["bytes"] += size
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    counts["port"] = server.server_address[1]
+    try:
+        yield counts
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def provision(url: str, admin: str) -> str:
@@ -653,6 +698,13 @@ def table(rows: list[dict[str, Any]]) -> str:
 def ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     by = {r["target"]: r for r in rows}
     out = {}
+    if "execauth-traced" in by and "execauth" in by:
+        on, off = by["execauth-traced"], by["execauth"]
+        out["execauth-traced/execauth"] = {
+            "rps": on["rps"] / off["rps"],
+            "p50": on["p50_ms"] / off["p50_ms"] if off["p50_ms"] else float("nan"),
+            "p99": on["p99_ms"] / off["p99_ms"] if off["p99_ms"] else float("nan"),
+        }
     for name in [r["target"] for r in rows if r["target"].startswith("execauth")]:
         for other in ("cerbos", "baseline"):
             if other in by:
@@ -693,6 +745,12 @@ def main() -> int:
         help="also run scenarios (bench/scenarios.py): comma-separated of fixed-rate, "
         "retry-storm, mix, two-instances, or 'all'",
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also run execauth with OpenTelemetry traces exported over OTLP/HTTP to a local "
+        "sink (target execauth-traced), to measure what tracing costs",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
         "--capacity",
@@ -730,6 +788,21 @@ def main() -> int:
                 rows.append(measure(server, "execauth.lua", load, env) | server.extra)
                 if args.profile:
                     profile = profile_execauth(server, load, env, stamp)
+            if args.tracing:
+                traced_db = f"sqlite:///{workdir / 'execauth-traced.db'}"
+                with otlp_sink() as sink:
+                    otel = {
+                        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink['port']}",
+                        "OTEL_SERVICE_NAME": "execauth-bench",
+                    }
+                    with execauth_server(
+                        workdir, traced_db, "execauth-traced", args.workers, otel=otel
+                    ) as server:
+                        env = {"BENCH_API_KEY": server.extra["api_key"]}
+                        row = measure(server, "execauth.lua", load, env) | server.extra
+                    # Read after the server stopped: its last batches are flushed by then.
+                    rows.append(row | {"tracing": "otlp/http", "otlp_requests": sink["requests"],
+                                       "otlp_bytes": sink["bytes"]})  # fmt: skip
             if args.postgres:
                 admin_url = os.environ.get("EXECAUTH_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
                 with (
