@@ -67,7 +67,15 @@ $(VENV)/.haproxy: | $(BIN)/python
 		echo "haproxy could not be installed: the deployment topology test will be skipped"
 	@if command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy; then touch $@; fi
 
-pytest: $(VENV)/.dev-installed $(VENV)/.sdk-installed $(VENV)/.chromium $(VENV)/.haproxy
+# The alert rules (deploy/prometheus) are checked and unit-tested by promtool, from Debian's
+# prometheus package (tests/deploy/test_alert_rules.py); skipped, visibly, without it.
+$(VENV)/.promtool: | $(BIN)/python
+	@command -v promtool >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } || \
+		echo "promtool could not be installed: the alert rule tests will be skipped"
+	@if command -v promtool >/dev/null 2>&1; then touch $@; fi
+
+pytest: $(VENV)/.dev-installed $(VENV)/.sdk-installed $(VENV)/.chromium $(VENV)/.haproxy $(VENV)/.promtool
 	$(BIN)/pytest
 
 # Both SDKs against a live server: the Python tests start `execauth serve` themselves;
