@@ -3,7 +3,8 @@
 #
 # enforce: INPUT_RUN runs only under a verified PERMIT; the step ends with gate's status
 #          (the script's own when it ran; 77 DENY, 75 SILENCE, 69 unavailable, 65 not
-#          verified: README.md, "Gate a command").
+#          verified; with approval-timeout 79 rejected, 80 expired, 81 still pending:
+#          README.md, "Gate a command").
 # observe: gate asks and verifies with `true` as its command; the decision is recorded
 #          (outputs, job summary, a warning unless PERMIT), then INPUT_RUN runs whatever
 #          the answer, and the step ends with the script's status: it never blocks.
@@ -19,6 +20,10 @@ rm -f "$receipt_file"  # a receipt left from an earlier run must not be reported
 args=(gate --surface "${INPUT_SURFACE:?}" --receipt-file "$receipt_file")
 if [[ -n "${INPUT_ACTOR:-}" ]]; then args+=(--actor "$INPUT_ACTOR"); fi
 if [[ -n "${INPUT_KEYS:-}" ]]; then args+=(--keys "$INPUT_KEYS"); fi
+# Waiting for a person is for enforce mode; observe never blocks, so it never waits.
+if [[ -n "${INPUT_APPROVAL_TIMEOUT:-}" && "${INPUT_MODE:-enforce}" == enforce ]]; then
+  args+=(--approval-timeout "$INPUT_APPROVAL_TIMEOUT")
+fi
 while IFS= read -r line; do
   line="${line#"${line%%[![:space:]]*}"}"
   if [[ -n "$line" ]]; then args+=(--context "$line"); fi

@@ -244,3 +244,23 @@ def test_an_unknown_mode_is_a_usage_error_and_runs_nothing(
     result = run_gate(service, api_key, checkout, branch="main", mode="audit")
     assert result.returncode == 2
     assert not (checkout / "deployed").exists()
+
+
+def test_the_approval_timeout_input_reaches_gate(
+    service: RunningService, api_key: str, checkout: Path
+) -> None:
+    # gate refuses a duration it cannot read before asking anything: the input got there.
+    result = run_gate(service, api_key, checkout, branch="main", **{"approval-timeout": "soon"})
+    assert result.returncode == 2
+    assert "approval-timeout" in result.stderr
+    assert not (checkout / "deployed").exists()
+
+
+def test_observe_mode_never_waits_for_an_approval(
+    service: RunningService, api_key: str, checkout: Path
+) -> None:
+    result = run_gate(
+        service, api_key, checkout, branch="main", mode="observe", **{"approval-timeout": "soon"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.outputs["decision"] == "PERMIT"
