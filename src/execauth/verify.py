@@ -28,7 +28,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -235,6 +235,35 @@ def _approvers(value: object) -> tuple[str, ...] | None:
     if len(ids) != len(value) or not all(isinstance(i, str) for i in ids):
         return None
     return tuple(str(i) for i in ids)
+
+
+def command_outside_grant(receipt: Mapping[str, Any], argv: Sequence[str]) -> str | None:
+    """Why ``argv`` is outside the PERMIT's ``allowed_commands``; ``None`` when it is inside,
+    or when the PERMIT binds no commands (docs/receipts.md, "Constraints").
+
+    The SDKs' rule, exactly: an entry that is a string matches ``argv[0]`` as given (no
+    path resolution: ``git`` does not allow ``/usr/bin/git``, no globbing), an entry that
+    is a list matches the whole argv. A malformed grant allows nothing (fail closed).
+    """
+    constraints = receipt.get("constraints")
+    if constraints is None:
+        return None
+    if not isinstance(constraints, Mapping):
+        return "the PERMIT's constraints are not a JSON object"
+    if "allowed_commands" not in constraints:
+        return None
+    entries = constraints["allowed_commands"]
+    if not isinstance(entries, list):
+        return "the PERMIT's allowed_commands is not a list"
+    if not argv:
+        return "no command to check against the PERMIT's allowed_commands"
+    for entry in entries:
+        if entry == argv[0] if isinstance(entry, str) else entry == list(argv):
+            return None
+    return (
+        f"constraint_exceeded:allowed_commands: the PERMIT allows only "
+        f"{json.dumps(entries, ensure_ascii=False)}, not {json.dumps(list(argv))}"
+    )
 
 
 def unmet_expectations(

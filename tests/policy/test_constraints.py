@@ -445,3 +445,29 @@ def test_a_rejected_escalate_carries_no_grant() -> None:
     )
     assert "constraints" not in deny
     assert check_receipt_shape(deny).valid
+
+
+# --- execauth gate's rule (execauth.verify.command_outside_grant) ---------------------------
+
+
+def test_a_program_name_entry_matches_argv0_exactly_and_nothing_resolved() -> None:
+    from execauth.verify import command_outside_grant
+
+    receipt = {"constraints": {"allowed_commands": ["git"]}}
+    assert command_outside_grant(receipt, ["git", "push"]) is None
+    assert command_outside_grant(receipt, ["/usr/bin/git", "push"]) is not None
+
+
+def test_an_argv_entry_matches_only_the_whole_argv() -> None:
+    from execauth.verify import command_outside_grant
+
+    receipt = {"constraints": {"allowed_commands": [["make", "deploy"]]}}
+    assert command_outside_grant(receipt, ["make", "deploy"]) is None
+    assert command_outside_grant(receipt, ["make", "deploy", "all"]) is not None
+
+
+def test_a_permit_without_allowed_commands_binds_no_command() -> None:
+    from execauth.verify import command_outside_grant
+
+    assert command_outside_grant({"constraints": {"max_amount": 5}}, ["rm"]) is None
+    assert command_outside_grant({}, ["rm"]) is None

@@ -279,6 +279,14 @@ def _gate(
             _status_for(answer, waited=approval_timeout is not None), _describe_block(answer)
         )
 
+    # A bound grant (docs/receipts.md, "Constraints"): only a command the PERMIT's
+    # allowed_commands names runs; else exit 82, its own status (--observe: runs, loudly).
+    from execauth.verify import command_outside_grant
+
+    if (outside := command_outside_grant(answer.receipt, command)) is not None:
+        if observe:
+            return _observed(command, outside)
+        raise Refused(82, f"PERMIT {answer.receipt_id}: {outside}")
     typer.echo(
         f"execauth gate: PERMIT {answer.receipt_id} (policy {answer.receipt.get('policy_id')} "
         f"rule {answer.receipt.get('rule_id')}, until {answer.receipt.get('expires_at')})"
