@@ -73,12 +73,13 @@ def claim_worker_slot(directory: str) -> int:
 
 def format_time(created: float) -> str:
     """RFC 3339 in UTC to the millisecond, as receipts write time (``2025-01-02T03:04:05.678Z``)."""
-    seconds = int(created)
+    # Whole milliseconds first: 10.001 s is 10.000999… in binary, not 10 s and 0 ms.
+    seconds, millis = divmod(round(created * 1000), 1000)
     cached_second, prefix = _formatted_second
     if seconds != cached_second:  # strftime once a second, not once a line
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         _formatted_second[:] = [seconds, prefix]
-    return f"{prefix}.{int((created - seconds) * 1000):03d}Z"
+    return f"{prefix}.{millis:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
