@@ -16,6 +16,12 @@ from tests.conftest import ADMIN, Tenant, make_tenant
 
 POLICY = """
 surfaces:
+  - match: pay.once
+    rules:
+      - id: once
+        permit: "true"
+        single_use: true
+        ttl: 5m
   - match: pay.transfer
     rules:
       - id: small

@@ -19,7 +19,7 @@ import httpx
 from execauth_client import _wire
 from execauth_client._keycache import KeyCache
 from execauth_client.errors import ServiceUnavailable, UnexpectedResponse
-from execauth_client.guard import enforce_permit
+from execauth_client.guard import consume_request, consumption_or_error, enforce_permit
 from execauth_client.receipt import Receipt
 from execauth_client.verify import UNKNOWN_KEY, KeyList, KeyListError, Verdict, verify
 
@@ -209,9 +209,13 @@ class Client(_Base):
         idempotency_key: str | None = None,
         now: datetime | None = None,
         wait_for_approval: float | None = None,
+        defer_consumption: bool = False,
     ) -> Receipt:
         """Authorize, verify, and return the receipt only if it is an authentic, unexpired
-        PERMIT for exactly this request; otherwise raise (fail closed)."""
+        PERMIT for exactly this request; otherwise raise (fail closed).
+
+        A ``single_use`` PERMIT is consumed before it is returned (``consume``), unless
+        ``defer_consumption``: then the caller must consume it before acting."""
         receipt = self.authorize(
             surface,
             actor=actor,
@@ -225,7 +229,27 @@ class Client(_Base):
             surface, actor=actor, action=action, context=context, payload=payload
         )
         verdict = self.verify(receipt, now=now)
-        return enforce_permit(receipt, verdict, surface=surface, actor=actor, request_digest=digest)
+        permit = enforce_permit(
+            receipt, verdict, surface=surface, actor=actor, request_digest=digest
+        )
+        if permit.single_use and not defer_consumption:
+            self.consume(permit, actor=actor)
+        return permit
+
+    def consume(
+        self,
+        receipt: Receipt | Mapping[str, Any],
+        *,
+        actor: str | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        """Use the PERMIT once (``POST /v1/receipts/{id}/consume``): the consumption, or
+        ``ReceiptNotUsable`` (used already, expired, not a PERMIT, unknown) or another
+        error. A retry after a lost answer can find its own earlier use: refused too."""
+        parsed = receipt if isinstance(receipt, Receipt) else Receipt.from_dict(receipt)
+        path, body = consume_request(parsed, actor, note)
+        answer = self._send("POST", path, json=body, headers=self._auth)
+        return consumption_or_error(answer, parsed)
 
 
 class AsyncClient(_Base):
@@ -346,6 +370,7 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         now: datetime | None = None,
         wait_for_approval: float | None = None,
+        defer_consumption: bool = False,
     ) -> Receipt:
         """See ``Client.require_permit``."""
         receipt = await self.authorize(
@@ -361,4 +386,22 @@ class AsyncClient(_Base):
             surface, actor=actor, action=action, context=context, payload=payload
         )
         verdict = await self.verify(receipt, now=now)
-        return enforce_permit(receipt, verdict, surface=surface, actor=actor, request_digest=digest)
+        permit = enforce_permit(
+            receipt, verdict, surface=surface, actor=actor, request_digest=digest
+        )
+        if permit.single_use and not defer_consumption:
+            await self.consume(permit, actor=actor)
+        return permit
+
+    async def consume(
+        self,
+        receipt: Receipt | Mapping[str, Any],
+        *,
+        actor: str | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        """See ``Client.consume``."""
+        parsed = receipt if isinstance(receipt, Receipt) else Receipt.from_dict(receipt)
+        path, body = consume_request(parsed, actor, note)
+        answer = await self._send("POST", path, json=body, headers=self._auth)
+        return consumption_or_error(answer, parsed)

@@ -12,13 +12,15 @@ ExecauthError
 ├── UnexpectedResponse    the answer is neither a receipt nor an error body
 ├── VerificationFailed    a receipt is not authentic, or does not match the request
 └── NotPermitted          an authentic receipt that does not permit the work (DENY,
-                          SILENCE, or an expired PERMIT)
+    │                     SILENCE, or an expired PERMIT)
+    └── ReceiptNotUsable  a single-use PERMIT this call could not consume (used already:
+                          ``consumed`` says when and by whom; expired; unknown)
 ```
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from execauth_client.receipt import Receipt
@@ -92,3 +94,26 @@ class NotPermitted(ExecauthError):
     def __init__(self, message: str, receipt: Receipt) -> None:
         super().__init__(message, code=receipt.decision)
         self.receipt = receipt
+
+
+class ReceiptNotUsable(NotPermitted):
+    """``POST /v1/receipts/{id}/consume`` refused: the work must not proceed.
+
+    ``code`` is the service's (``receipt_already_consumed``, ``receipt_expired``,
+    ``receipt_not_permit``, ``not_found``); ``consumed`` is the earlier consumption
+    (``consumed_at``, ``consumed_by``) when the PERMIT was used already.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        receipt: Receipt,
+        *,
+        code: str | None,
+        status: int | None,
+        consumed: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, receipt)
+        self.code = code
+        self.status = status
+        self.consumed = consumed
