@@ -31,7 +31,7 @@ from mcp import Client as UpstreamClient
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from execauth.agents.permit import CallRefused, ToolCall, admit
+from execauth.agents.permit import CallRefused, Consume, ToolCall, admit
 from execauth.agents.tool_map import ToolMap
 from execauth.errors import InvalidRequest
 from execauth.request import parse_execute_request
@@ -41,7 +41,7 @@ DECISION_META = "execauth/decision"
 # A call the policy escalates waits for its approval (``approval_wait``), else is refused.
 ESCALATE = "ESCALATE"
 
-Admit = Callable[[Receipt, ToolCall], Awaitable[Receipt]]
+Admit = Callable[[Receipt, ToolCall, Consume], Awaitable[Receipt]]
 
 
 def tool_context(server: str, tool: types.Tool | None, name: str) -> dict[str, Any]:
@@ -194,16 +194,21 @@ class Gateway:
             raise CallRefused(failed.code or "EXECAUTH_ERROR", str(failed)) from failed
         except InvalidRequest as invalid:  # what the service would refuse too
             raise CallRefused(invalid.code, str(invalid)) from invalid
-        return await self.admit(receipt, call)
+        return await self.admit(receipt, call, self.consume)
+
+    async def consume(self, receipt: Receipt, actor: str) -> None:
+        """Use a single-use PERMIT up on the service (``admit`` calls it before the tool)."""
+        await self.execauth.consume(receipt, actor=actor)
 
     async def permitted(self, call: ToolCall, context: dict[str, Any]) -> Receipt:
         """Ask, then verify: against the pinned ``keys`` when given (no refetch, as ``execauth
         gate --keys``), else against the service's own key list. Raises unless PERMIT."""
         wait = self.approval_wait or None
         if self.keys is None:
+            # A single-use PERMIT is consumed by admit, after the grant check, not here.
             return await self.execauth.require_permit(
                 call.surface, actor=call.actor, context=context, payload=call.arguments,
-                wait_for_approval=wait,
+                wait_for_approval=wait, defer_consumption=True,
             )  # fmt: skip
         receipt = await self.execauth.authorize(
             call.surface, actor=call.actor, context=context, payload=call.arguments,
@@ -215,7 +220,7 @@ class Gateway:
         expected = parse_execute_request(body, None).digest
         return require_permit(
             receipt, keys=self.keys, surface=call.surface, actor=call.actor,
-            request_digest=expected,
+            request_digest=expected, defer_consumption=True,
         )  # fmt: skip
 
     def mcp_server(self, name: str = "execauth-mcp-gateway") -> Server[Any]:

@@ -10,11 +10,11 @@ Anything it cannot confirm is a ``CallRefused``: the tool is not called.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from execauth_client import Receipt
+from execauth_client import ExecauthError, Receipt, ReceiptNotUsable
 from execauth_client.intent import Intent, check_constraints
 
 
@@ -63,7 +63,11 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-async def admit(receipt: Receipt, call: ToolCall) -> Receipt:
+# Uses a single-use PERMIT once on the service for the call's actor (``AsyncClient.consume``).
+Consume = Callable[[Receipt, str], Awaitable[object]]
+
+
+async def admit(receipt: Receipt, call: ToolCall, consume: Consume | None = None) -> Receipt:
     """``receipt`` if it lets ``call`` go ahead; else raise ``CallRefused``."""
     if receipt.decision != "PERMIT":
         raise CallRefused(receipt.decision, "the receipt is not a PERMIT", receipt)
@@ -81,4 +85,22 @@ async def admit(receipt: Receipt, call: ToolCall) -> Receipt:
         raise CallRefused(grant.reason or "constraint_unverifiable", grant.detail, receipt)
     # Single use (receipt.single_use): consumed here, after the grant is checked and
     # before the tool is called, so a refused call never uses the PERMIT up.
+    if receipt.single_use:
+        await _consume_once(receipt, call, consume)
     return receipt
+
+
+async def _consume_once(receipt: Receipt, call: ToolCall, consume: Consume | None) -> None:
+    """Only the first consumer of a single-use PERMIT, on any instance, calls the tool."""
+    if consume is None:
+        raise CallRefused("SINGLE_USE_UNCONSUMED", "a single-use PERMIT and no way to use it "
+                          "up before the call", receipt)  # fmt: skip
+    try:
+        await consume(receipt, call.actor)
+    except ReceiptNotUsable as refused:  # 409: used already (by whom, when), expired; 404
+        raise CallRefused(refused.code or "receipt_not_usable", refused.message,
+                          receipt) from refused  # fmt: skip
+    except ExecauthError as failed:  # unreachable, 5xx: not known to be ours, so refused
+        raise CallRefused(failed.code or "EXECAUTH_ERROR",
+                          f"the single-use PERMIT could not be consumed: {failed}",
+                          receipt) from failed  # fmt: skip
