@@ -10,6 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from execauth.runtime import Runtime
 from execauth.store.consumptions import receipt_consumptions
 from tests.consumption.conftest import Org, consume, permit
+from tests.web.conftest import sign_in
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +67,18 @@ async def test_the_database_refuses_to_delete_a_consumption(
     # Deleting the row would make a used receipt usable again: append-only (migration 0009).
     with pytest.raises(DBAPIError, match="append-only"), runtime.engine.begin() as conn:
         conn.execute(delete(receipt_consumptions))
+
+
+async def test_the_console_execution_page_shows_who_consumed_the_permit(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    receipt = await permit(client, org)
+    await consume(client, receipt["receipt_id"], org.executor, actor="agent-7")
+    signed_in = await sign_in(client, org.admin["Authorization"].removeprefix("Bearer "))
+    assert signed_in.status_code == 303, signed_in.text
+
+    page = await client.get(f"/console/executions/{receipt['execution_id']}")
+
+    assert page.status_code == 200, page.text
+    assert "receipt_consumed" in page.text
+    assert f"by key {org.tenant.key_id} (agent-7)" in page.text
