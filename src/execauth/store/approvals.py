@@ -139,6 +139,20 @@ class ApprovalStore:
         with self.engine.connect() as conn:
             return [approval_id_for(row[0]) for row in conn.execute(query)]
 
+    def decided(self, org_id: str, limit: int = 20) -> list[str]:
+        """Ids of the org's final approvals (approved, rejected, expired), latest first.
+
+        The console inbox's "recent" list; ``ix_approvals_org_state`` narrows it to the org.
+        """
+        query = (
+            select(approvals.c.approval_id)
+            .where(approvals.c.org_id == org_id, approvals.c.state.in_(FINAL_STATES))
+            .order_by(approvals.c.decided_at.desc(), approvals.c.approval_id.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [row[0] for row in conn.execute(query)]
+
     def _change(
         self,
         org_id: str,

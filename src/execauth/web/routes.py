@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from execauth.service import ExecutionService
+from execauth.web.approvals import approval_pages
 from execauth.web.auth import ConsoleAuth
 from execauth.web.console import console_pages
 from execauth.web.manage import manage_pages
@@ -48,4 +49,5 @@ def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseR
         routes += console_pages(service, renderer, auth)
         routes += manage_pages(service, renderer, auth)
         routes += stream_pages(service, renderer, auth)
+        routes += approval_pages(service, renderer, auth)
     return routes
