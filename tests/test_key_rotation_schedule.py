@@ -22,6 +22,7 @@ from execauth.config import Settings
 from execauth.errors import SigningUnavailable
 from execauth.keyring import (
     ROTATION_OVERLAP,
+    SERVICE_ACTOR,
     RotationSchedule,
     SigningKeyRecord,
     due_rotation,
@@ -29,7 +30,7 @@ from execauth.keyring import (
     key_list_document,
     next_signing_change,
 )
-from execauth.runtime import SERVICE_ACTOR, Runtime, bootstrap, open_runtime
+from execauth.runtime import Runtime, bootstrap, open_runtime
 from execauth.server_secret import ServerSecret
 from execauth.wire_time import format_timestamp
 from tests.conftest import Database, make_tenant

@@ -9,11 +9,13 @@ moved to another key's row fails to open.
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -25,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
+from execauth.errors import SigningUnavailable
 from execauth.server_secret import ServerSecret
 from execauth.verify import key_id_for
 from execauth.wire_time import format_timestamp, truncate_to_millis
@@ -268,3 +271,109 @@ def jwks_document(records: Iterable[SigningKeyRecord]) -> dict[str, Any]:
             }
         )
     return {"keys": keys}
+
+
+log = logging.getLogger("execauth.keyring")
+SERVICE_ACTOR = "service"  # the audit actor of what the service does by itself
+
+
+class SigningKeySource(Protocol):
+    """Where the keys are kept (``store.signing_keys.SigningKeyStore``)."""
+
+    def all_keys(self) -> list[SigningKeyRecord]: ...
+
+    def rotate_on_schedule(
+        self, due: DueRotation, successor: SigningKeyRecord, now: datetime, actor: str
+    ) -> bool: ...
+
+
+class Keyring:
+    """The published keys and the signer in use, refreshed from the database.
+
+    Refreshing keeps every instance in step with ``execauth signing-keys rotate``
+    and ``revoke`` run elsewhere, and with scheduled rotations. Every key that signs
+    now or will later is unsealed at refresh, so that the choice of signer can follow
+    key windows between refreshes (``next_signing_change``). When no key may sign,
+    ``signer`` raises ``SigningUnavailable``: the gateway answers 503, never an
+    unsigned receipt.
+    """
+
+    def __init__(self, store: SigningKeySource, secret: ServerSecret) -> None:
+        self.store = store
+        self._secret = secret
+        self._lock = threading.Lock()
+        self.records: list[SigningKeyRecord] = []
+        self._signers: dict[str, ActiveSigner] = {}
+        self._signer: ActiveSigner | None = None
+        self._signer_record: SigningKeyRecord | None = None
+        # The choice above holds for chosen_from <= now < chosen_until (None: no end).
+        self._chosen_from = datetime.max.replace(tzinfo=UTC)
+        self._chosen_until: datetime | None = None
+
+    def refresh(self, now: datetime) -> None:
+        records = self.store.all_keys()
+        chosen = choose_signing_key(records, now)
+        with self._lock:
+            known = dict(self._signers)
+        signers: dict[str, ActiveSigner] = {}
+        for record in records:
+            if not may_sign_from(record, now):
+                continue
+            try:
+                signers[record.key_id] = known.get(record.key_id) or unseal_signer(
+                    self._secret, record
+                )
+            except KeyUnsealError:
+                if chosen is not None and record.key_id == chosen.key_id:
+                    raise
+                # A key that is not signing yet: keep the records current anyway, so the
+                # signer's end is known and signing stops there (503) instead of the
+                # old key signing on past the end every verifier sees.
+                log.exception("signing key %s cannot be opened", record.key_id)
+        with self._lock:
+            self.records = records
+            self._signers = signers
+            self._choose(now)
+
+    def _choose(self, now: datetime) -> None:
+        """Pick the signer for ``now`` and how long that choice holds (lock held)."""
+        chosen = choose_signing_key(self.records, now)
+        self._signer = self._signers.get(chosen.key_id) if chosen is not None else None
+        self._signer_record = chosen
+        self._chosen_from = now
+        self._chosen_until = next_signing_change(self.records, now)
+
+    def signer(self, now: datetime) -> ActiveSigner:
+        with self._lock:
+            until = self._chosen_until
+            if now < self._chosen_from or (until is not None and now >= until):
+                self._choose(now)
+            signer, record = self._signer, self._signer_record
+        if signer is None or record is None or not record.can_sign_at(now):
+            raise SigningUnavailable("no signing key is available; receipts cannot be signed")
+        return signer
+
+    def rotate_if_due(self, now: datetime, schedule: RotationSchedule) -> SigningKeyRecord | None:
+        """Run the scheduled rotation due at ``now``, if any; the successor when this call did.
+
+        Judged over the keys of the last refresh; the database makes sure that of all
+        the processes finding it due, one rotates (``rotate_on_schedule``).
+        """
+        with self._lock:
+            records = self.records
+        due = due_rotation(records, now, schedule)
+        if due is None:
+            return None
+        successor = generate_signing_key(self._secret, due.hands_over_at)
+        if not self.store.rotate_on_schedule(due, successor, now, SERVICE_ACTOR):
+            return None
+        return successor
+
+    def public_key(self, key_id: str) -> bytes:
+        """The raw 32-byte public key of ``key_id`` (for signed-note key hashes)."""
+        with self._lock:
+            records = self.records
+        for record in records:
+            if record.key_id == key_id:
+                return record.public_key
+        raise SigningUnavailable(f"signing key {key_id} is not loaded")

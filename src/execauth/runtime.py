@@ -9,136 +9,34 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
 from execauth.config import Settings
-from execauth.errors import SigningUnavailable
 from execauth.keyring import (
-    ActiveSigner,
+    Keyring,
     KeyUnsealError,
-    RotationSchedule,
-    SigningKeyRecord,
     choose_signing_key,
-    due_rotation,
     generate_signing_key,
-    may_sign_from,
-    next_signing_change,
-    unseal_signer,
 )
 from execauth.metrics import Metrics, StoreCollector
 from execauth.server_secret import ServerSecret
+from execauth.serving.write_path import ReceiptSink, WritePath, build_write_path
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, schema_is_current, upgrade
 from execauth.store.executions import ExecutionStore
 from execauth.store.ledger import LogStore
-from execauth.store.remote_writer import RemoteReceiptWriter
 from execauth.store.signing_keys import SigningKeyStore
-from execauth.store.writer import ReceiptWriter
 from execauth.streaming.metrics import StreamCollector
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Plan
 
 log = logging.getLogger("execauth")
-SERVICE_ACTOR = "service"  # the audit actor of what the service does by itself
 ADMIN_TOKEN_SETTING = "admin_token_hash"  # noqa: S105 - a settings row name, not a secret
 ADMIN_TOKEN_PURPOSE = "admin-token-hash-v1"  # noqa: S105 - an HKDF label
-
-
-class Keyring:
-    """The published keys and the signer in use, refreshed from the database.
-
-    Refreshing keeps every instance in step with ``execauth signing-keys rotate``
-    and ``revoke`` run elsewhere, and with scheduled rotations. Every key that signs
-    now or will later is unsealed at refresh, so that the choice of signer can follow
-    key windows between refreshes (``next_signing_change``). When no key may sign,
-    ``signer`` raises ``SigningUnavailable``: the gateway answers 503, never an
-    unsigned receipt.
-    """
-
-    def __init__(self, store: SigningKeyStore, secret: ServerSecret) -> None:
-        self.store = store
-        self._secret = secret
-        self._lock = threading.Lock()
-        self.records: list[SigningKeyRecord] = []
-        self._signers: dict[str, ActiveSigner] = {}
-        self._signer: ActiveSigner | None = None
-        self._signer_record: SigningKeyRecord | None = None
-        # The choice above holds for chosen_from <= now < chosen_until (None: no end).
-        self._chosen_from = datetime.max.replace(tzinfo=UTC)
-        self._chosen_until: datetime | None = None
-
-    def refresh(self, now: datetime) -> None:
-        records = self.store.all_keys()
-        chosen = choose_signing_key(records, now)
-        with self._lock:
-            known = dict(self._signers)
-        signers: dict[str, ActiveSigner] = {}
-        for record in records:
-            if not may_sign_from(record, now):
-                continue
-            try:
-                signers[record.key_id] = known.get(record.key_id) or unseal_signer(
-                    self._secret, record
-                )
-            except KeyUnsealError:
-                if chosen is not None and record.key_id == chosen.key_id:
-                    raise
-                # A key that is not signing yet: keep the records current anyway, so the
-                # signer's end is known and signing stops there (503) instead of the
-                # old key signing on past the end every verifier sees.
-                log.exception("signing key %s cannot be opened", record.key_id)
-        with self._lock:
-            self.records = records
-            self._signers = signers
-            self._choose(now)
-
-    def _choose(self, now: datetime) -> None:
-        """Pick the signer for ``now`` and how long that choice holds (lock held)."""
-        chosen = choose_signing_key(self.records, now)
-        self._signer = self._signers.get(chosen.key_id) if chosen is not None else None
-        self._signer_record = chosen
-        self._chosen_from = now
-        self._chosen_until = next_signing_change(self.records, now)
-
-    def signer(self, now: datetime) -> ActiveSigner:
-        with self._lock:
-            until = self._chosen_until
-            if now < self._chosen_from or (until is not None and now >= until):
-                self._choose(now)
-            signer, record = self._signer, self._signer_record
-        if signer is None or record is None or not record.can_sign_at(now):
-            raise SigningUnavailable("no signing key is available; receipts cannot be signed")
-        return signer
-
-    def rotate_if_due(self, now: datetime, schedule: RotationSchedule) -> SigningKeyRecord | None:
-        """Run the scheduled rotation due at ``now``, if any; the successor when this call did.
-
-        Judged over the keys of the last refresh; the database makes sure that of all
-        the processes finding it due, one rotates (``rotate_on_schedule``).
-        """
-        with self._lock:
-            records = self.records
-        due = due_rotation(records, now, schedule)
-        if due is None:
-            return None
-        successor = generate_signing_key(self._secret, due.hands_over_at)
-        if not self.store.rotate_on_schedule(due, successor, now, SERVICE_ACTOR):
-            return None
-        return successor
-
-    def public_key(self, key_id: str) -> bytes:
-        """The raw 32-byte public key of ``key_id`` (for signed-note key hashes)."""
-        with self._lock:
-            records = self.records
-        for record in records:
-            if record.key_id == key_id:
-                return record.public_key
-        raise SigningUnavailable(f"signing key {key_id} is not loaded")
 
 
 class AdminAuth:
@@ -169,17 +67,22 @@ class Runtime:
     logs: LogStore
     signing_keys: SigningKeyStore
     keyring: Keyring
-    writer: ReceiptWriter | RemoteReceiptWriter  # remote: a worker of ``serve --workers N``
+    write_path: WritePath  # where receipts become durable (serving/write_path.py)
     admin: AdminAuth
     metrics: Metrics
     plans: dict[str, Plan]
     generated_admin_token: str | None = None
     started: bool = field(default=False)
 
+    @property
+    def writer(self) -> ReceiptSink:
+        """Where this process commits its receipts: commit, and answer once durable."""
+        return self.write_path.sink
+
     def start(self) -> None:
         """Start the writer (idempotent); the app's lifespan calls this."""
         if not self.started:
-            self.writer.start()
+            self.write_path.start()
             self.started = True
 
     def follow_signing_keys(self, now: datetime) -> None:
@@ -199,7 +102,7 @@ class Runtime:
 
     def stop(self) -> None:
         if self.started:
-            self.writer.stop()
+            self.write_path.stop()
             self.started = False
         self.engine.dispose()
 
@@ -269,7 +172,8 @@ def open_runtime(
     """
     secret, engine = open_stores(settings, migrate=migrate, schema=schema)
     control = ControlStore(engine)
-    keyring = Keyring(SigningKeyStore(engine), secret)
+    signing_keys = SigningKeyStore(engine)
+    keyring = Keyring(signing_keys, secret)
     try:
         keyring.refresh(datetime.now(UTC))
     except KeyUnsealError as exc:
@@ -281,18 +185,9 @@ def open_runtime(
     metrics.add_shared(
         StoreCollector(engine, settings.plan_catalog(), max_orgs=settings.metrics_max_orgs)
     )
-    writer: ReceiptWriter | RemoteReceiptWriter = (
-        ReceiptWriter(
-            engine,
-            max_batch=settings.writer_max_batch,
-            timeout_seconds=settings.write_timeout_seconds,
-            on_commit=metrics.observe_commit,
-        )
-        if writer_socket is None
-        else RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds)
+    write_path = build_write_path(
+        settings, engine, secret, keyring, metrics, writer_socket=writer_socket
     )
-    if isinstance(writer, ReceiptWriter):
-        metrics.watch_writer(writer.queued)
     token_hash = (
         None if settings.admin_token is not None else control.get_setting(ADMIN_TOKEN_SETTING)
     )
@@ -304,9 +199,9 @@ def open_runtime(
         audit=AuditStore(engine),
         executions=ExecutionStore(engine),
         logs=LogStore(engine),
-        signing_keys=keyring.store,
+        signing_keys=signing_keys,
         keyring=keyring,
-        writer=writer,
+        write_path=write_path,
         admin=AdminAuth(secret, token=settings.admin_token, token_hash=token_hash),
         metrics=metrics,
         plans=settings.plan_catalog(),

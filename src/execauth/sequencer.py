@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Connection
 
+from execauth.keyring import Keyring
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
 from execauth.metrics import Metrics
-from execauth.runtime import Keyring
 from execauth.store.ledger import LogStore, sequence_pending
 from execauth.store.writer import ReceiptWriter
 

@@ -31,15 +31,14 @@ from multiprocessing.process import BaseProcess
 import uvloop
 
 from execauth.config import Settings
+from execauth.keyring import Keyring
 from execauth.logs import name_process, setup_logging
 from execauth.metrics import Metrics
-from execauth.runtime import Keyring, open_stores
-from execauth.sequencer import Sequencer
-from execauth.store.ledger import LogStore
+from execauth.runtime import open_stores
+from execauth.serving.write_path import build_write_path
 from execauth.store.remote_writer import WriterServer
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.store.writer import ReceiptWriter
-from execauth.streaming.dispatcher import dispatcher_for
 
 log = logging.getLogger("execauth.writer")
 DRAIN_MARGIN_SECONDS = 5.0
@@ -55,26 +54,13 @@ def run_writer_process(socket_path: str) -> None:
     secret, engine = open_stores(settings, migrate=False)
     keyring = Keyring(SigningKeyStore(engine), secret)
     keyring.refresh(datetime.now(UTC))
-    metrics = Metrics()
-    writer = ReceiptWriter(
-        engine,
-        max_batch=settings.writer_max_batch,
-        timeout_seconds=settings.write_timeout_seconds,
-        on_commit=metrics.observe_commit,
-    )
-    metrics.watch_writer(writer.queued)
-    sequencer = Sequencer(
-        LogStore(engine),
-        keyring,
-        settings.issuer,
-        interval_seconds=settings.sequencer_interval_seconds,
-        metrics=metrics,
-    )
-    dispatcher = dispatcher_for(settings, engine, secret)
-    writer.start()
-    sequencer.start(writer)
-    if dispatcher is not None:
-        dispatcher.start()  # decision streaming: a thread of its own, reading the log
+    # The same write path as a single-process server's: the group-commit writer, the
+    # sequencer and the dispatcher, here for all the gateway workers.
+    write_path = build_write_path(settings, engine, secret, keyring, Metrics())
+    assert write_path.local is not None  # no writer socket: this process commits
+    writer = write_path.local
+    write_path.start()
+    write_path.start_log_keeping()
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
         uvloop.run(
@@ -87,10 +73,8 @@ def run_writer_process(socket_path: str) -> None:
             )
         )
     finally:
-        if dispatcher is not None:
-            dispatcher.stop()
-        sequencer.stop()
-        writer.stop()  # commits everything still queued
+        write_path.stop_log_keeping()
+        write_path.stop()  # commits everything still queued
         engine.dispose()
 
 

@@ -21,6 +21,7 @@ import pytest
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
 from execauth.runtime import Runtime
+from execauth.serving.write_path import remote_write_path
 from execauth.store.remote_writer import RemoteReceiptWriter, WriterServer
 from execauth.store.writer import ReceiptWriter
 from tests.conftest import Tenant, make_tenant, small_plans
@@ -67,8 +68,10 @@ async def writer_side(runtime: Runtime, socket_dir: Path) -> AsyncIterator[Write
     side = WriterSide(local, str(socket_dir / "writer.sock"))
     await side.start()
     # The gateway of a worker: it has no writer thread, only the socket.
-    runtime.writer = RemoteReceiptWriter(side.socket_path, timeout_seconds=2.0)
+    local_path = runtime.write_path
+    runtime.write_path = remote_write_path(local_path, side.socket_path, timeout=2.0)
     yield side
+    runtime.write_path = local_path
     if side.server is not None:
         await side.server.close()
     local.stop()
@@ -84,7 +87,7 @@ async def client(runtime: Runtime, writer_side: WriterSide) -> AsyncIterator[htt
         runtime.writer.stop()
         # The app's shutdown stops the runtime's writer before it disposes of the engine:
         # let that be the real one, so that its connection is closed, not leaked.
-        runtime.writer = writer_side.writer
+        runtime.write_path.sink = writer_side.writer
 
 
 @pytest.fixture
@@ -167,7 +170,7 @@ async def test_a_connection_lost_before_the_reply_is_503(
 
     path = str(socket_dir / "hangs-up.sock")
     server = await asyncio.start_unix_server(read_then_hang_up, path)
-    runtime.writer = RemoteReceiptWriter(path, timeout_seconds=5.0)
+    runtime.write_path.sink = RemoteReceiptWriter(path, timeout_seconds=5.0)
     async with server:
         response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
     assert_unavailable(response, "went away")
@@ -185,7 +188,7 @@ async def test_no_reply_in_time_is_503(
 
     path = str(socket_dir / "silent.sock")
     server = await asyncio.start_unix_server(never_answer, path)
-    runtime.writer = RemoteReceiptWriter(path, timeout_seconds=0.2)
+    runtime.write_path.sink = RemoteReceiptWriter(path, timeout_seconds=0.2)
     async with server:
         response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
         runtime.writer.stop()

@@ -30,11 +30,8 @@ from execauth.api.origin_check import IssuerOriginCheck
 from execauth.approval_sweep import ApprovalSweep, run_sweep
 from execauth.errors import ExecauthError
 from execauth.runtime import Runtime
-from execauth.sequencer import Sequencer
 from execauth.service import Clock, ExecutionService, utc_now
 from execauth.shared_generation import SharedGeneration
-from execauth.store.writer import ReceiptWriter
-from execauth.streaming.dispatcher import dispatcher_for
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")
@@ -65,17 +62,6 @@ def create_app(
     routes += web_routes(service, surfaces)
     # Replays, exports and listings are bounded per org and per process (docs/operations.md).
     routes = guard_heavy_routes(routes, OperatorAdmission(service, admission_limits(runtime)))
-    sequencer = Sequencer(
-        runtime.logs,
-        runtime.keyring,
-        runtime.settings.issuer,
-        interval_seconds=runtime.settings.sequencer_interval_seconds,
-        metrics=runtime.metrics,
-    )
-
-    # Decision streaming runs beside the sequencer: here, or in the writer process.
-    dispatcher = dispatcher_for(runtime.settings, runtime.engine, runtime.secret)
-
     # Checked now: a bad OTEL_* value stops serve before it listens (docs/observability.md).
     tracing_middleware = tracing.middleware()
 
@@ -84,12 +70,9 @@ def create_app(
         # Here, in the serving process: each uvicorn worker gets its own span exporter thread.
         tracing.start()
         runtime.start()
-        # Else the writer process of ``serve --workers N`` sequences and streams.
-        in_process = isinstance(runtime.writer, ReceiptWriter)
-        if isinstance(runtime.writer, ReceiptWriter):
-            sequencer.start(runtime.writer)
-            if dispatcher is not None:
-                dispatcher.start()
+        # Sequencing and streaming run where the records are committed: here, or in the
+        # writer process of ``serve --workers N`` (serving/write_path.py).
+        runtime.write_path.start_log_keeping()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_refresh_keys, runtime, service)
             if runtime.settings.approval_sweep_interval_seconds > 0:
@@ -106,9 +89,7 @@ def create_app(
             finally:
                 tasks.cancel_scope.cancel()
         service.rate_limiter.close()
-        if in_process and dispatcher is not None:
-            await anyio.to_thread.run_sync(dispatcher.stop)
-        await anyio.to_thread.run_sync(sequencer.stop)
+        await anyio.to_thread.run_sync(runtime.write_path.stop_log_keeping)
         await anyio.to_thread.run_sync(runtime.stop)
         await anyio.to_thread.run_sync(tracing.stop)  # flush the last spans
 
@@ -127,7 +108,7 @@ def create_app(
         },
     )
     app.state.service = service
-    app.state.sequencer = sequencer
+    app.state.sequencer = runtime.write_path.sequencer
     return app
 
 

@@ -1,0 +1,135 @@
+"""The write path of a serving process: where its receipts become durable, and who logs them.
+
+``ReceiptSink`` is the one interface the rest of the service sees: "commit this record
+and answer once it is durable". Two implementations sit behind it:
+
+- ``ReceiptWriter`` (``store/writer.py``): the group-commit thread of this process, for
+  ``execauth serve --workers 1`` and for the writer process itself.
+- ``RemoteReceiptWriter`` (``store/remote_writer.py``): a frame to the writer process,
+  for each gateway worker of ``execauth serve --workers N``.
+
+Where the records are committed, the log is kept too: the sequencer appends them to the
+organizations' Merkle logs and the dispatcher streams them to subscriptions. A
+``WritePath`` holds the sink and that log keeping together, and ``build_write_path``
+is the one place that decides, for every topology, which runs where
+(docs/architecture.md, "Process topology").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from execauth.config import Settings
+from execauth.keyring import Keyring
+from execauth.metrics import Metrics
+from execauth.sequencer import Sequencer
+from execauth.server_secret import ServerSecret
+from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.store.ledger import LogStore
+from execauth.store.remote_writer import RemoteReceiptWriter
+from execauth.store.writer import ReceiptWriter
+from execauth.streaming.dispatcher import Dispatcher, dispatcher_for
+from execauth.tenancy.quota import QuotaCheck
+
+
+class ReceiptSink(Protocol):
+    """Commit a record durably; answer only once it is (docs/architecture.md).
+
+    ``write`` returns ``None`` for a new record, the prior execution when the
+    idempotency key was taken, and raises ``QuotaExceeded`` (nothing stored) or
+    ``ServiceUnavailable`` (not confirmed in time, or not stored): never an answer for a
+    record that is not durable.
+    """
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    async def ready(self) -> bool: ...
+
+    async def write(
+        self, record: ExecutionRecord, quota: QuotaCheck | None = None
+    ) -> PriorExecution | None: ...
+
+
+@dataclass
+class WritePath:
+    """A process's receipt sink, and the log keeping that runs where records are committed.
+
+    ``local`` is the group-commit writer when this process commits (then it also runs
+    the sequencer and the dispatcher); ``None`` in a gateway worker, whose writer process
+    does both. The sequencer object exists either way: tests and exports drive its
+    ``run_once`` directly.
+    """
+
+    sink: ReceiptSink
+    local: ReceiptWriter | None
+    sequencer: Sequencer
+    dispatcher: Dispatcher | None
+
+    @property
+    def keeps_log(self) -> bool:
+        return self.local is not None
+
+    def start(self) -> None:
+        """Accept writes (idempotent for the in-process writer's callers)."""
+        self.sink.start()
+
+    def start_log_keeping(self) -> None:
+        """Sequence and stream here, if records are committed here."""
+        if self.local is None:
+            return
+        self.sequencer.start(self.local)
+        if self.dispatcher is not None:
+            self.dispatcher.start()
+
+    def stop_log_keeping(self) -> None:
+        if self.local is not None and self.dispatcher is not None:
+            self.dispatcher.stop()
+        self.sequencer.stop()
+
+    def stop(self) -> None:
+        """Commit what is queued, then stop accepting writes."""
+        self.sink.stop()
+
+
+def build_write_path(
+    settings: Settings,
+    engine: Engine,
+    secret: ServerSecret,
+    keyring: Keyring,
+    metrics: Metrics,
+    *,
+    writer_socket: str | None = None,
+) -> WritePath:
+    """The write path of a serving process: local (one process, or the writer process),
+    or remote over ``writer_socket`` (a gateway worker of ``serve --workers N``)."""
+    sequencer = Sequencer(
+        LogStore(engine),
+        keyring,
+        settings.issuer,
+        interval_seconds=settings.sequencer_interval_seconds,
+        metrics=metrics,
+    )
+    if writer_socket is not None:
+        remote = RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds)
+        return WritePath(remote, None, sequencer, None)
+    local = ReceiptWriter(
+        engine,
+        max_batch=settings.writer_max_batch,
+        timeout_seconds=settings.write_timeout_seconds,
+        on_commit=metrics.observe_commit,
+    )
+    metrics.watch_writer(local.queued)
+    return WritePath(local, local, sequencer, dispatcher_for(settings, engine, secret))
+
+
+def remote_write_path(write_path: WritePath, socket_path: str, *, timeout: float) -> WritePath:
+    """``write_path`` as a gateway worker sees it: the same sequencer object (never
+    started here), the records sent to the writer process at ``socket_path``."""
+    return WritePath(
+        RemoteReceiptWriter(socket_path, timeout_seconds=timeout), None, write_path.sequencer, None
+    )
