@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 
 from execauth.api.app import create_app
 from execauth.config import PlanSettings, Settings
-from execauth.runtime import Runtime, bootstrap
+from execauth.serving.runtime import Runtime, bootstrap
 from execauth.store.database import normalize_url
 
 ADMIN_TOKEN = "test-admin-token-" + "x" * 20

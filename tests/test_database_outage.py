@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from execauth.config import Settings
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.database import normalize_url
 from execauth.tenancy.quota import month_period
 from tests.conftest import POSTGRES_URL, Database, Tenant, fresh_postgres_database, make_tenant

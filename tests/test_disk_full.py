@@ -23,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy import Connection, event, text
 
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.tenancy.quota import month_period
 from tests.conftest import Database, Tenant, make_tenant
 from tests.test_fail_closed import assert_no_decision

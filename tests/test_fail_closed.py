@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from execauth.api.app import create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import Tenant, make_tenant
 
 pytestmark = pytest.mark.anyio
@@ -93,7 +93,7 @@ async def test_receipt_store_timeout_is_503(
     runtime: Runtime,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import execauth.store.writer as writer_module
+    import execauth.serving.receipt_writer as writer_module
     from execauth.store.executions import insert_execution as original
 
     def slow_insert(*args: Any) -> Any:

@@ -30,8 +30,8 @@ from execauth.keyring import (
     key_list_document,
     next_signing_change,
 )
-from execauth.runtime import Runtime, bootstrap, open_runtime
 from execauth.server_secret import ServerSecret
+from execauth.serving.runtime import Runtime, bootstrap, open_runtime
 from execauth.wire_time import format_timestamp
 from tests.conftest import Database, make_tenant
 

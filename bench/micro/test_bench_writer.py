@@ -30,10 +30,10 @@ import msgspec
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, normalize_url, upgrade
 from execauth.store.executions import ExecutionRecord, insert_batch, insert_execution
-from execauth.store.writer import ReceiptWriter
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck

@@ -25,8 +25,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from execauth.keyring import key_list_document
 from execauth.ledger.bundle import BUNDLE_FORMAT
 from execauth.ledger.merkle import inclusion_proof
-from execauth.runtime import Runtime
-from execauth.sequencer import log_origin
+from execauth.serving.runtime import Runtime
+from execauth.serving.sequencer import log_origin
 from execauth.store.ledger import StoredCheckpoint
 from execauth.store.tables import executions, log_leaves
 from execauth.wire_time import format_timestamp

@@ -39,7 +39,7 @@ from execauth.receipts import (
     sign_receipt,
 )
 from execauth.request import ExecuteRequest
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.shared_generation import GenerationWatch, SharedGeneration
 from execauth.store.approvals import Approval, ApprovalStore
 from execauth.store.control import ControlStore, StoredPolicy

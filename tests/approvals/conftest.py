@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from execauth.api.app import create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import ADMIN, Tenant, make_tenant
 
 ESCALATE_POLICY = """

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.keyring import key_list_document
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.tables import executions, usage_counters
 from execauth.verify import parse_key_list, verify_receipt
 from execauth.wire_time import format_timestamp

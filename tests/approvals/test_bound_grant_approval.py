@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from execauth.keyring import key_list_document
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.verify import parse_key_list, verify_receipt
 from tests.approvals.conftest import Clock, vote
 from tests.conftest import ADMIN, make_tenant

@@ -18,8 +18,8 @@ from sqlalchemy import func, select
 from execauth.api.app import create_app
 from execauth.approval_sweep import ApprovalSweep
 from execauth.approvals import State, Vote
-from execauth.runtime import Runtime
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.store.approvals import ApprovalStore
 from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import executions

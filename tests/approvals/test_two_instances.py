@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.errors import ApprovalClosed
-from execauth.runtime import Runtime
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.store.approvals import Approval, ApprovalStore, Ballot
 from execauth.store.database import make_engine
 from execauth.store.tables import approval_votes, executions

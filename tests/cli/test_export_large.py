@@ -22,7 +22,7 @@ import pytest
 from execauth.api.app import create_app
 from execauth.config import Settings
 from execauth.request import parse_execute_request
-from execauth.runtime import bootstrap
+from execauth.serving.runtime import bootstrap
 from tests.conftest import DEPLOY_POLICY
 from tests.serving import clean_env, free_port, spawn_service
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from execauth.api.app import create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.approvals.conftest import Clock
 from tests.conftest import ADMIN, Tenant, make_tenant
 

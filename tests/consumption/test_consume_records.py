@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.exc import DBAPIError
 
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.consumptions import receipt_consumptions
 from tests.consumption.conftest import Org, consume, permit
 from tests.web.conftest import sign_in

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.config import Settings
-from execauth.runtime import Runtime, open_runtime
+from execauth.serving.runtime import Runtime, open_runtime
 from execauth.store.consumptions import receipt_consumptions
 from tests.approvals.conftest import Clock
 from tests.conftest import Database

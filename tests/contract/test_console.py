@@ -71,7 +71,7 @@ async def test_key_secret_is_stored_only_as_a_hash(
 ) -> None:
     from sqlalchemy import text
 
-    from execauth.runtime import Runtime
+    from execauth.serving.runtime import Runtime
 
     assert isinstance(runtime, Runtime)
     with runtime.engine.connect() as conn:

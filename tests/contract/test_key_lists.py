@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from execauth.keyring import ROTATION_OVERLAP, generate_signing_key
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,7 @@ from referencing.jsonschema import DRAFT202012
 
 from execauth.errors import ExecauthError
 from execauth.keyring import ROTATION_OVERLAP, generate_signing_key
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import ADMIN, Tenant, make_tenant, small_plans
 
 pytestmark = pytest.mark.anyio

@@ -117,7 +117,7 @@ async def test_concurrent_repeats_store_one_receipt(
     )
     assert {r.status_code for r in responses} == {200}
     assert len({r.content for r in responses}) == 1
-    from execauth.runtime import Runtime
+    from execauth.serving.runtime import Runtime
 
     assert isinstance(runtime, Runtime)
     assert runtime.executions.count(tenant.org_id) == 1

@@ -18,7 +18,7 @@ import yaml
 from starlette.routing import BaseRoute, Mount, Route
 
 from execauth.api.app import SURFACES, create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import Database
 
 SPEC: dict[str, Any] = yaml.safe_load(files("execauth.api").joinpath("openapi.yaml").read_bytes())

@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 
 from execauth.api.app import create_app
 from execauth.config import Settings
-from execauth.runtime import Runtime, bootstrap
+from execauth.serving.runtime import Runtime, bootstrap
 from tests.conftest import ADMIN_TOKEN, DEPLOY_POLICY, small_plans
 
 Case = schemathesis.Case[Any]

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import inspect
 
 from execauth.config import Settings
-from execauth.runtime import prepare
+from execauth.serving.runtime import prepare
 from execauth.store.database import make_engine, schema_is_current, upgrade
 
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
 from execauth.metrics import MULTIPROCESS_DIR_VARIABLE, OTHER, Metrics, StoreCollector
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.approvals.conftest import ESCALATE_POLICY, Clock
 from tests.conftest import Tenant, make_tenant, sequence, small_plans
 

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from execauth import tracing
 from execauth.api.app import create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import Database, Tenant, make_tenant
 from tests.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.serving import clean_env, free_port, provision_org, running_service, spawn_service
@@ -421,7 +421,7 @@ APP_IN_A_FRESH_PROCESS = textwrap.dedent(
     import httpx
     from execauth.api.app import create_app
     from execauth.config import Settings
-    from execauth.runtime import bootstrap
+    from execauth.serving.runtime import bootstrap
 
     async def main() -> None:
         runtime = bootstrap(Settings())

@@ -10,7 +10,7 @@ from sqlalchemy import delete, update
 from sqlalchemy.exc import DBAPIError
 
 from execauth.keyring import ROTATION_OVERLAP, generate_signing_key
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.tables import audit_events
 from tests.conftest import ADMIN, DEPLOY_POLICY
 from tests.operator.conftest import Operators

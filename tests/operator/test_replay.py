@@ -18,8 +18,8 @@ from starlette.applications import Starlette
 from execauth.errors import InvalidRequest
 from execauth.replay import ReplayService
 from execauth.request import parse_execute_request
-from execauth.runtime import Runtime
 from execauth.service import ExecutionService, Principal
+from execauth.serving.runtime import Runtime
 from tests.conftest import ADMIN
 from tests.operator.conftest import Operators, make_operators
 from tests.policy.generators import (

@@ -20,7 +20,7 @@ from execauth.cli import app as cli
 from execauth.ledger.bundle import BundleError, verify_bundle
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
 from execauth.ledger.merkle import merkle_root
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import ADMIN, Tenant, sequence
 from tests.store.test_ledger import receipts
 

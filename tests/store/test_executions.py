@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import Connection, Engine, event, func, select
 from sqlalchemy.exc import IntegrityError
 
+from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store import executions as store
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
@@ -38,7 +39,6 @@ from execauth.store.executions import (
     prior_execution,
 )
 from execauth.store.tables import execution_events, execution_repeats, executions
-from execauth.store.writer import ReceiptWriter
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck
@@ -274,7 +274,7 @@ def test_a_key_another_writer_has_not_committed_yet_is_a_repeat_once_it_commits(
 def test_a_key_another_writer_stored_after_the_lookup_fails_the_whole_batch(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The writer then redoes the batch one record at a time (store/writer.py).
+    # The writer then redoes the batch one record at a time (serving/receipt_writer.py).
     lookup = store._priors
     theirs = record("raced")
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.ledger import sequence_pending
 from execauth.store.tables import log_leaves
 from tests.conftest import Tenant, make_tenant, sequence

@@ -20,10 +20,10 @@ import pytest
 
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
-from execauth.runtime import Runtime
+from execauth.serving.receipt_writer import ReceiptWriter
+from execauth.serving.remote_writer import RemoteReceiptWriter, WriterServer
+from execauth.serving.runtime import Runtime
 from execauth.serving.write_path import remote_write_path
-from execauth.store.remote_writer import RemoteReceiptWriter, WriterServer
-from execauth.store.writer import ReceiptWriter
 from tests.conftest import Tenant, make_tenant, small_plans
 
 pytestmark = pytest.mark.anyio

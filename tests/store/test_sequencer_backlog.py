@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.config import PlanSettings
-from execauth.runtime import Runtime
-from execauth.sequencer import WRITER_BATCH, Sequencer
-from execauth.store import writer as writer_module
+from execauth.serving import receipt_writer as writer_module
+from execauth.serving.receipt_writer import ReceiptWriter
+from execauth.serving.runtime import Runtime
+from execauth.serving.sequencer import WRITER_BATCH, Sequencer
 from execauth.store.tables import log_leaves
-from execauth.store.writer import ReceiptWriter
 from tests.conftest import Tenant, small_plans
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.web_sessions import WebSession, WebSessionStore
 from tests.conftest import Tenant
 

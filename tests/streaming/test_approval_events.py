@@ -18,9 +18,9 @@ import pytest
 
 from execauth.api.app import create_app
 from execauth.approval_sweep import ApprovalSweep
-from execauth.runtime import Runtime
 from execauth.server_secret import ServerSecret
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.streaming.events import new_webhook_secret, verify_webhook
 from tests.approvals.conftest import Clock, Org, escalate, make_org, vote

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from execauth.runtime import Runtime
 from execauth.server_secret import ServerSecret
+from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import ACTIVE, DEAD_LETTER, Subscription, SubscriptionStore
 from execauth.streaming.dispatcher import Dispatcher, DispatchSettings
 from execauth.streaming.events import (

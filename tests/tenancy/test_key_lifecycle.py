@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from execauth.api.app import create_app
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from tests.conftest import ADMIN, Tenant, make_tenant
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from execauth.config import Settings
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.tenancy.quota import month_bounds, month_period, next_month_start, quota_for
 from tests.conftest import Tenant, small_plans
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from execauth.errors import RateLimited, ServiceUnavailable
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.tenancy.orgs import new_org_id
 from execauth.tenancy.rate_limits import LocalWindows, OrgRateLimiter
 from tests.conftest import ADMIN, REDIS_URL, Tenant, make_tenant, small_plans

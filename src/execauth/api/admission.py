@@ -33,8 +33,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from execauth.errors import RateLimited
-from execauth.runtime import Runtime
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Content = str | bytes | memoryview

@@ -29,8 +29,8 @@ from execauth.api.operator import operator_routes
 from execauth.api.origin_check import IssuerOriginCheck
 from execauth.approval_sweep import ApprovalSweep, run_sweep
 from execauth.errors import ExecauthError
-from execauth.runtime import Runtime
 from execauth.service import Clock, ExecutionService, utc_now
+from execauth.serving.runtime import Runtime
 from execauth.shared_generation import SharedGeneration
 from execauth.web import web_routes
 

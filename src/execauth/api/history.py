@@ -17,7 +17,7 @@ from execauth.api.pagination import (
 )
 from execauth.api.views import audit_view, execution_summary
 from execauth.errors import InvalidRequest
-from execauth.runtime import Runtime
+from execauth.serving.runtime import Runtime
 from execauth.store.executions import ExecutionFilters
 from execauth.tenancy.usage import DECISIONS
 

@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 
 from execauth.config import Settings
-from execauth.runtime import open_stores
+from execauth.serving.runtime import open_stores
 
 app = typer.Typer(help="Database schema management.", no_args_is_help=True)
 

@@ -19,17 +19,17 @@ from uvicorn.supervisors import Multiprocess
 
 from execauth.api.app import SURFACES, create_app
 from execauth.api.server_limits import LimitedConfig, ServerLimits
-from execauth.api.worker import (
+from execauth.config import Settings, serving_processes
+from execauth.logs import logging_config, name_process, setup_logging
+from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
+from execauth.serving.runtime import bootstrap, prepare
+from execauth.serving.worker import (
     SHARED_GENERATION_VARIABLE,
     SURFACES_VARIABLE,
     WORKER_SLOTS_VARIABLE,
     WRITER_SOCKET_VARIABLE,
 )
-from execauth.config import Settings, serving_processes
-from execauth.logs import logging_config, name_process, setup_logging
-from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
-from execauth.runtime import bootstrap, prepare
-from execauth.writer_process import WriterProcess
+from execauth.serving.writer_process import WriterProcess
 
 
 def serve(
@@ -102,7 +102,7 @@ def serve(
     try:
         writer.start()
         _run_uvicorn(
-            "execauth.api.worker:worker_app",
+            "execauth.serving.worker:worker_app",
             *listen,
             settings=settings,
             workers=processes,

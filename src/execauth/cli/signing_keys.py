@@ -22,7 +22,7 @@ from execauth.keyring import (
     key_list_entry,
     needs_replacement,
 )
-from execauth.runtime import open_stores
+from execauth.serving.runtime import open_stores
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.tenancy.audit import AuditEvent, cli_actor
 

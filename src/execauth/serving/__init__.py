@@ -6,5 +6,5 @@
 
 The process topology (docs/architecture.md, "Process topology"): ``execauth serve``
 runs one process (HTTP, writer thread, sequencer) or a supervisor, N gateway workers
-(``api/worker.py``) and one writer process (``writer_process.py``).
+(``serving/worker.py``) and one writer process (``writer_process.py``).
 """

@@ -3,9 +3,9 @@
 ``ReceiptSink`` is the one interface the rest of the service sees: "commit this record
 and answer once it is durable". Two implementations sit behind it:
 
-- ``ReceiptWriter`` (``store/writer.py``): the group-commit thread of this process, for
+- ``ReceiptWriter`` (``serving/receipt_writer.py``): the group-commit thread of this process, for
   ``execauth serve --workers 1`` and for the writer process itself.
-- ``RemoteReceiptWriter`` (``store/remote_writer.py``): a frame to the writer process,
+- ``RemoteReceiptWriter`` (``serving/remote_writer.py``): a frame to the writer process,
   for each gateway worker of ``execauth serve --workers N``.
 
 Where the records are committed, the log is kept too: the sequencer appends them to the
@@ -25,12 +25,12 @@ from sqlalchemy import Engine
 from execauth.config import Settings
 from execauth.keyring import Keyring
 from execauth.metrics import Metrics
-from execauth.sequencer import Sequencer
 from execauth.server_secret import ServerSecret
+from execauth.serving.receipt_writer import ReceiptWriter
+from execauth.serving.remote_writer import RemoteReceiptWriter
+from execauth.serving.sequencer import Sequencer
 from execauth.store.executions import ExecutionRecord, PriorExecution
 from execauth.store.ledger import LogStore
-from execauth.store.remote_writer import RemoteReceiptWriter
-from execauth.store.writer import ReceiptWriter
 from execauth.streaming.dispatcher import Dispatcher, dispatcher_for
 from execauth.tenancy.quota import QuotaCheck
 

@@ -452,7 +452,7 @@ def count_repeats(conn: Connection, repeats: Sequence[tuple[str, str, datetime]]
 
 
 class ExecutionStore:
-    """Reads of stored executions (writes go through ``store.writer.ReceiptWriter``)."""
+    """Reads of stored executions (writes go through ``serving.receipt_writer.ReceiptWriter``)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

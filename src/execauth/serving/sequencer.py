@@ -20,8 +20,8 @@ from sqlalchemy import Connection
 from execauth.keyring import Keyring
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
 from execauth.metrics import Metrics
+from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.ledger import LogStore, sequence_pending
-from execauth.store.writer import ReceiptWriter
 
 log = logging.getLogger("execauth.sequencer")
 BATCH = 2_000

@@ -29,8 +29,8 @@ from typing import Literal
 import msgspec
 
 from execauth.errors import QuotaExceeded, ServiceUnavailable
+from execauth.serving.receipt_writer import expire_unconfirmed
 from execauth.store.executions import ExecutionRecord, PriorExecution
-from execauth.store.writer import expire_unconfirmed
 from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)

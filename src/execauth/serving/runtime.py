@@ -168,7 +168,7 @@ def open_runtime(
     """Every long-lived object of one serving process, over an already prepared database.
 
     With ``writer_socket`` receipts are stored by the writer process listening there
-    (``execauth.writer_process``) instead of a writer thread of this process.
+    (``execauth.serving.writer_process``) instead of a writer thread of this process.
     """
     secret, engine = open_stores(settings, migrate=migrate, schema=schema)
     control = ControlStore(engine)

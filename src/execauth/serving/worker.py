@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from execauth.api.app import SURFACES, create_app
 from execauth.config import Settings
 from execauth.logs import claim_worker_slot, name_process
-from execauth.runtime import open_runtime
+from execauth.serving.runtime import open_runtime
 from execauth.shared_generation import SharedGeneration
 
 SURFACES_VARIABLE = "EXECAUTH_SERVE_SURFACES"

@@ -2,7 +2,7 @@
 
 ``run_writer_process`` is the process itself: the group-commit ``ReceiptWriter``
 and the sequencer over the database (as a single-process server runs them),
-served to the gateway workers by ``store.remote_writer.WriterServer``.
+served to the gateway workers by ``serving.remote_writer.WriterServer``.
 ``WriterProcess`` is the parent's handle: it starts the process before the
 workers, restarts it if it dies while serving, and stops it after the workers.
 
@@ -34,11 +34,11 @@ from execauth.config import Settings
 from execauth.keyring import Keyring
 from execauth.logs import name_process, setup_logging
 from execauth.metrics import Metrics
-from execauth.runtime import open_stores
+from execauth.serving.receipt_writer import ReceiptWriter
+from execauth.serving.remote_writer import WriterServer
+from execauth.serving.runtime import open_stores
 from execauth.serving.write_path import build_write_path
-from execauth.store.remote_writer import WriterServer
 from execauth.store.signing_keys import SigningKeyStore
-from execauth.store.writer import ReceiptWriter
 
 log = logging.getLogger("execauth.writer")
 DRAIN_MARGIN_SECONDS = 5.0
