@@ -20,8 +20,13 @@
  * |10 | the Ed25519 signature over the payload verifies                       | `bad_signature`              |
  * |11 | `receiptHash`, if present, is SHA-256 of the payload                  | `receipt_hash_mismatch`      |
  * |12 | PERMIT: `expires_at` parses                                           | `malformed_receipt`          |
+ * |13 | ESCALATE: an `approval_id`; `approvers`, if present, is a list of     | `malformed_receipt`          |
+ * |   | objects with a string `key_id`                                        |                              |
  *
- * A PERMIT with `expires_at <= now` is authentic but `expired`: not usable.
+ * A PERMIT with `expires_at <= now` is authentic but `expired`: not usable. An ESCALATE
+ * is authentic or not like any other decision, and never a permission (the guards act on
+ * PERMIT only): the verdict names its `approvalId`. The PERMIT an approval issued names
+ * its approvers (signed, so a verdict can say who approved: `approvers`).
  */
 import { createHash, verify as ed25519Verify } from "node:crypto";
 
@@ -53,6 +58,10 @@ export interface Verdict {
   readonly expired: boolean;
   /** Authentic and, for a PERMIT, not expired. */
   readonly usable: boolean;
+  /** An ESCALATE's approval, or the approval an outcome receipt answers (authentic only). */
+  readonly approvalId: string | null;
+  /** Key ids that approved, in signed order: the PERMIT an approval issued (authentic only). */
+  readonly approvers: readonly string[];
 }
 
 /** Keys to verify with: a key list document as fetched, a parsed `KeySet`, or a map of keys. */
@@ -98,8 +107,20 @@ function verdict(
   keyId: string | null,
   decision: string | null,
   expired = false,
+  approvalId: string | null = null,
+  approvers: readonly string[] = [],
 ): Verdict {
-  return Object.freeze({ authentic, reason, detail, keyId, decision, expired, usable: authentic && !expired });
+  return Object.freeze({
+    authentic,
+    reason,
+    detail,
+    keyId,
+    decision,
+    expired,
+    usable: authentic && !expired,
+    approvalId,
+    approvers: Object.freeze([...approvers]),
+  });
 }
 
 function verifyReceipt(
@@ -172,9 +193,12 @@ function verifyReceipt(
     if (expiresAt === undefined) return fail("malformed_receipt", "PERMIT receipt has no valid expires_at");
     expired = now >= expiresAt;
   }
-  if (decision === "ESCALATE" && typeof receipt.approval_id !== "string") {
+  const approvalId = typeof receipt.approval_id === "string" ? receipt.approval_id : null;
+  if (decision === "ESCALATE" && approvalId === null) {
     return fail("malformed_receipt", "ESCALATE receipt has no approval_id");
   }
+  const approvers = approverKeyIds(receipt.approvers);
+  if (approvers === undefined) return fail("malformed_receipt", "approvers is not a list of {key_id, ...} objects");
   const constraints = receipt.constraints;
   if (
     "constraints" in receipt &&
@@ -185,8 +209,22 @@ function verifyReceipt(
   if ("single_use" in receipt && receipt.single_use !== true) {
     return fail("malformed_receipt", "single_use is present but not true");
   }
-  const detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
-  return verdict(true, "valid", detail, keyId, decision, expired);
+  let detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
+  if (approvers.length > 0) detail += "; approved by " + approvers.join(", ");
+  if (decision === "ESCALATE") detail += `; held for approval ${String(approvalId)}, never a permission`;
+  return verdict(true, "valid", detail, keyId, decision, expired, approvalId, approvers);
+}
+
+/** The approving key ids an outcome receipt signs (none when absent); `undefined` when malformed. */
+function approverKeyIds(value: unknown): string[] | undefined {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) return undefined;
+  const ids: string[] = [];
+  for (const entry of value) {
+    if (!isRecord(entry) || typeof entry.key_id !== "string") return undefined;
+    ids.push(entry.key_id);
+  }
+  return ids;
 }
 
 /** What a relying party expects of a receipt before acting on it. */

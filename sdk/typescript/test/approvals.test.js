@@ -184,7 +184,12 @@ describe("live: waiting for a person on a running execauth", () => {
     assert.equal(permit.approval_outcome, "approved");
     assert.equal(permit.request_digest, requestDigest(asked));
     assert.equal(permit.approvers[0].actor, "alice@example.test");
-    assert.equal((await client.verify(permit)).reason, "valid");
+    const verdict = await client.verify(permit);
+    assert.equal(verdict.reason, "valid");
+    // Who approved, from the signed receipt alone: the approver's key, once.
+    assert.equal(verdict.approvalId, approvalId);
+    assert.deepEqual(verdict.approvers, [permit.approvers[0].key_id]);
+    assert.match(verdict.detail, new RegExp(`approved by ${permit.approvers[0].key_id}$`));
   });
 
   liveTest("rejected while waiting: DeniedError with SERVICE_POLICY_APPROVAL_REJECTED", async () => {

@@ -42,6 +42,15 @@ describe("shared test vectors", () => {
     assert.ok(index.vectors.length > 0);
   });
 
+  test("the PERMIT an approval issued reports its two approvers", () => {
+    // Named in the vector's description; the expectations of the index hold the verdict
+    // fields every verifier shares, so the approvers are pinned here.
+    const vector = read("cases/permit-after-approval-valid.json");
+    const verdict = verify(vector.receipt, parseKeyList(read(vector.keys)), { now: vector.now });
+    assert.deepEqual(verdict.approvers, ["key_01j00000000000000000000001", "key_01j00000000000000000000002"]);
+    assert.equal(verdict.approvalId, "service_appr_01JWNNSVG0PZ0FTKWVVJ6XDQVS");
+  });
+
   test("every reason code of the reference is covered by some vector", () => {
     const covered = new Set(index.vectors.map((entry) => entry.expected.reason));
     assert.deepEqual([...covered].sort(), [...index.reasons].sort());
@@ -61,6 +70,18 @@ describe("shared test vectors", () => {
       for (const now of [earliest, latest]) {
         assert.deepEqual(verdictOf(vector.receipt, keyList, now), vector.expected, `now = ${new Date(now).toISOString()}`);
       }
+    });
+
+    // Who approved: an expectation that names `approvers` (key ids) or `approval_id` is
+    // held exactly; otherwise an authentic receipt's verdict must report what it signs.
+    test(`${entry.name}: the approval and approvers the verdict reports`, () => {
+      const verdict = verify(vector.receipt, parseKeyList(keyList), { now: vector.now });
+      const signedIds = Array.isArray(vector.receipt?.approvers) ? vector.receipt.approvers.map((a) => a?.key_id) : [];
+      const approvers = "approvers" in vector.expected ? vector.expected.approvers : verdict.authentic ? signedIds : [];
+      assert.deepEqual(verdict.approvers, approvers);
+      const approvalId =
+        "approval_id" in vector.expected ? vector.expected.approval_id : verdict.authentic ? (vector.receipt.approval_id ?? null) : null;
+      assert.equal(verdict.approvalId, approvalId);
     });
 
     if (typeof vector.signing_payload === "string") {

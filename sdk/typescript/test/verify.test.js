@@ -259,3 +259,63 @@ describe("request binding", () => {
 
   test("the example issuer is the helper's", () => assert.equal(permit.issuer, ISSUER));
 });
+
+describe("approvals: who approved, and ESCALATE never a permission (docs/approvals.md)", () => {
+  const APPROVAL_ID = "service_appr_01M85AAAAAAAAAAAAAAAAAAAAA";
+  const approvers = [
+    { key_id: "key_01m82y5g8mb4rc2kws9mpgfb60", vote: "approve", actor: "alice@example.test", reason: "ok", at: "2026-11-23T00:52:00Z" },
+    { key_id: "key_01m82y5g8mb4rc2kws9mpgfb61", vote: "approve", reason: "ok", at: "2026-11-23T00:53:00Z" },
+  ];
+  const linked = (overrides = {}) =>
+    signReceipt(
+      signer,
+      receiptFields("PERMIT", {
+        approval_id: APPROVAL_ID,
+        approval_outcome: "approved",
+        escalation_receipt_id: "service_rcpt_e5ca1a7e00000001",
+        approvers,
+        ...overrides,
+      }),
+    );
+
+  test("the PERMIT an approval issued names its approval and approvers, in signed order", () => {
+    const verdict = verify(linked(), keys, { now: NOW });
+    assert.equal(verdict.reason, "valid", verdict.detail);
+    assert.equal(verdict.approvalId, APPROVAL_ID);
+    assert.deepEqual(verdict.approvers, ["key_01m82y5g8mb4rc2kws9mpgfb60", "key_01m82y5g8mb4rc2kws9mpgfb61"]);
+    assert.match(verdict.detail, /approved by key_01m82y5g8mb4rc2kws9mpgfb60, key_01m82y5g8mb4rc2kws9mpgfb61$/);
+  });
+
+  test("a receipt with no approval names none", () => {
+    const verdict = verify(permit, keys, { now: NOW });
+    assert.equal(verdict.approvalId, null);
+    assert.deepEqual(verdict.approvers, []);
+  });
+
+  test("an unauthentic receipt reports no approvers, whatever it claims", () => {
+    const verdict = verify(tampered(linked(), { approvers: [...approvers, { key_id: "key_mallory" }] }), keys, { now: NOW });
+    assert.equal(verdict.reason, "bad_signature");
+    assert.deepEqual(verdict.approvers, []);
+  });
+
+  for (const [what, value] of [
+    ["not a list", { key_id: "key_01m82y5g8mb4rc2kws9mpgfb60" }],
+    ["an entry without a key_id", [{ vote: "approve" }]],
+    ["an entry that is not an object", ["key_01m82y5g8mb4rc2kws9mpgfb60"]],
+  ]) {
+    test(`approvers ${what} is a malformed_receipt, even signed`, () => {
+      const verdict = verify(linked({ approvers: value }), keys, { now: NOW });
+      assert.equal(verdict.reason, "malformed_receipt");
+      assert.equal(verdict.authentic, false);
+    });
+  }
+
+  test("an ESCALATE is authentic, names its approval, and says it is never a permission", () => {
+    const escalate = signReceipt(signer, receiptFields("ESCALATE", { approval_id: APPROVAL_ID, reason_code: "APPROVAL_REQUIRED" }));
+    const verdict = verify(escalate, keys, { now: NOW });
+    assert.equal(verdict.authentic, true);
+    assert.equal(verdict.decision, "ESCALATE");
+    assert.equal(verdict.approvalId, APPROVAL_ID);
+    assert.match(verdict.detail, /never a permission/);
+  });
+});
