@@ -16,7 +16,7 @@ import pytest
 from execauth.api.app import create_app
 from execauth.config import Settings
 from execauth.serving.runtime import Runtime
-from execauth.shared_generation import GenerationWatch, SharedGeneration
+from execauth.serving.shared_generation import GenerationWatch, SharedGeneration
 from tests.conftest import ADMIN, make_tenant
 
 pytestmark = pytest.mark.anyio

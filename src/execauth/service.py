@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 import anyio.to_thread
 import msgspec
 
-from execauth import tracing
 from execauth.approvals import State, Terms, Vote
 from execauth.errors import (
     Forbidden,
@@ -27,6 +26,7 @@ from execauth.errors import (
     SurfaceNotFound,
     Unauthorized,
 )
+from execauth.observability import tracing
 from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
@@ -40,7 +40,7 @@ from execauth.receipts import (
 )
 from execauth.request import ExecuteRequest
 from execauth.serving.runtime import Runtime
-from execauth.shared_generation import GenerationWatch, SharedGeneration
+from execauth.serving.shared_generation import GenerationWatch, SharedGeneration
 from execauth.store.approvals import Approval, ApprovalStore
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution

@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from execauth.config import PlanSettings, Settings
-from execauth.decision_log import DecisionLog
 from execauth.errors import RateLimited
-from execauth.logs import DECISION_LOGGER, DecisionJsonFormatter
+from execauth.observability.decision_log import DecisionLog
+from execauth.observability.logs import DECISION_LOGGER, DecisionJsonFormatter
 from tests.conftest import Database, Tenant, make_tenant, small_plans
 
 pytestmark = pytest.mark.anyio

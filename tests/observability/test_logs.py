@@ -1,5 +1,6 @@
-"""The process log formats (execauth/logs.py): JSON lines with the exception text, text for a
-terminal, and the decision log's destinations as a fresh process configures them."""
+"""The process log formats (execauth/observability/logs.py): JSON lines with the exception
+text, text for a terminal, and the decision log's destinations as a fresh process
+configures them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import msgspec
 import pytest
 
 from execauth.config import Settings
-from execauth.logs import (
+from execauth.observability.logs import (
     DecisionTextFormatter,
     JsonFormatter,
     TextFormatter,
@@ -104,7 +105,7 @@ DECISION_LOG_ENABLED = textwrap.dedent(
     """
     import logging, sys
     from execauth.config import Settings
-    from execauth.logs import DECISION_LOGGER, setup_logging
+    from execauth.observability.logs import DECISION_LOGGER, setup_logging
     setup_logging(Settings(decision_log=sys.argv[1]))
     print(logging.getLogger(DECISION_LOGGER).isEnabledFor(logging.INFO))
     """
@@ -126,7 +127,7 @@ def test_a_warning_level_keeps_decision_lines(tmp_path: Path) -> None:
         """
         import logging, sys
         from execauth.config import Settings
-        from execauth.logs import DECISION_LOGGER, setup_logging
+        from execauth.observability.logs import DECISION_LOGGER, setup_logging
         setup_logging(Settings(decision_log=sys.argv[1], log_level="warning"))
         logging.getLogger(DECISION_LOGGER).info({"event": "decision"})
         logging.getLogger("execauth.other").info("not at warning")

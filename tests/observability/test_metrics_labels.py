@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
-from execauth.metrics import MULTIPROCESS_DIR_VARIABLE, OTHER, Metrics, StoreCollector
+from execauth.observability.metrics import MULTIPROCESS_DIR_VARIABLE, OTHER, Metrics, StoreCollector
 from execauth.serving.runtime import Runtime
 from tests.approvals.conftest import ESCALATE_POLICY, Clock
 from tests.conftest import Tenant, make_tenant, sequence, small_plans
@@ -268,7 +268,7 @@ async def test_writer_up_reports_a_stopped_writer(
 # --- several processes --------------------------------------------------------------------
 RECORD = """
 import sys
-from execauth.metrics import Metrics
+from execauth.observability.metrics import Metrics
 metrics = Metrics(clock=lambda: float(sys.argv[1]))
 metrics.watch_writer(lambda: int(sys.argv[2]))
 metrics.count_decision("org_a", "deploy.production", "PERMIT")

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (execauth.tracing, docs/observability.md "Traces").
+"""OpenTelemetry traces (execauth.observability.tracing, docs/observability.md "Traces").
 
 In process, spans go to the SDK's in-memory exporter; end to end, a real ``execauth serve``
 configured only by ``OTEL_*`` variables exports them over OTLP/HTTP to a receiver started
@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from execauth import tracing
 from execauth.api.app import create_app
+from execauth.observability import tracing
 from execauth.serving.runtime import Runtime
 from tests.conftest import Database, Tenant, make_tenant
 from tests.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver

@@ -14,7 +14,6 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
-from execauth import tracing
 from execauth.api.admission import OperatorAdmission, admission_limits, guard_heavy_routes
 from execauth.api.console import console_routes
 from execauth.api.errors import (
@@ -29,9 +28,10 @@ from execauth.api.operator import operator_routes
 from execauth.api.origin_check import IssuerOriginCheck
 from execauth.approval_sweep import ApprovalSweep, run_sweep
 from execauth.errors import ExecauthError
+from execauth.observability import tracing
 from execauth.service import Clock, ExecutionService, utc_now
 from execauth.serving.runtime import Runtime
-from execauth.shared_generation import SharedGeneration
+from execauth.serving.shared_generation import SharedGeneration
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")

@@ -12,7 +12,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from execauth import tracing
 from execauth.api.approval_routes import approval_routes
 from execauth.api.consume_routes import consume_routes
 from execauth.api.wire import (
@@ -22,7 +21,6 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
-from execauth.decision_log import DecisionLog
 from execauth.errors import (
     ExecauthError,
     InvalidRequest,
@@ -31,6 +29,8 @@ from execauth.errors import (
     ServiceUnavailable,
 )
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
+from execauth.observability import tracing
+from execauth.observability.decision_log import DecisionLog
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
 from execauth.service import ExecutionService

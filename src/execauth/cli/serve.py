@@ -20,8 +20,8 @@ from uvicorn.supervisors import Multiprocess
 from execauth.api.app import SURFACES, create_app
 from execauth.api.server_limits import LimitedConfig, ServerLimits
 from execauth.config import Settings, serving_processes
-from execauth.logs import logging_config, name_process, setup_logging
-from execauth.metrics import MULTIPROCESS_DIR_VARIABLE
+from execauth.observability.logs import logging_config, name_process, setup_logging
+from execauth.observability.metrics import MULTIPROCESS_DIR_VARIABLE
 from execauth.serving.runtime import bootstrap, prepare
 from execauth.serving.worker import (
     SHARED_GENERATION_VARIABLE,
@@ -124,7 +124,7 @@ def _run_uvicorn(
     forwarded_allow_ips: str = "",
 ) -> None:
     """uvicorn as we serve: uvloop, httptools with our limits (api/server_limits.py), our
-    logging (execauth/logs.py; each worker process applies it again), no access log
+    logging (execauth/observability/logs.py; each worker process applies it again), no access log
     unless EXECAUTH_ACCESS_LOG; a string app is a factory.
 
     Forwarded headers are believed only from ``forwarded_allow_ips`` (EXECAUTH_FORWARDED_ALLOW_IPS):

@@ -21,7 +21,7 @@ from execauth.keyring import (
     choose_signing_key,
     generate_signing_key,
 )
-from execauth.metrics import Metrics, StoreCollector
+from execauth.observability.metrics import Metrics, StoreCollector
 from execauth.server_secret import ServerSecret
 from execauth.serving.write_path import ReceiptSink, WritePath, build_write_path
 from execauth.store.audit import AuditStore

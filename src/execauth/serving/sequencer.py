@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from execauth.keyring import Keyring
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
-from execauth.metrics import Metrics
+from execauth.observability.metrics import Metrics
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.ledger import LogStore, sequence_pending
 

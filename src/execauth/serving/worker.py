@@ -6,10 +6,10 @@ token), so a worker only opens it; settings come from the same environment and
 configuration file, and the parent passes what it took from its command line in
 ``EXECAUTH_SERVE_SURFACES``, where its writer process listens in
 ``EXECAUTH_WRITER_SOCKET``, and the file of the workers' shared change counter
-(``execauth.shared_generation``) in ``EXECAUTH_SHARED_GENERATION``, and the
+(``execauth.serving.shared_generation``) in ``EXECAUTH_SHARED_GENERATION``, and the
 directory where workers claim their numbers (``ps``: ``execauth: gateway 2/4``) in
 ``EXECAUTH_WORKER_SLOTS``. uvicorn has configured this process's logging already, from
-``execauth.logs.logging_config`` (its ``log_config``).
+``execauth.observability.logs.logging_config`` (its ``log_config``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from starlette.applications import Starlette
 
 from execauth.api.app import SURFACES, create_app
 from execauth.config import Settings
-from execauth.logs import claim_worker_slot, name_process
+from execauth.observability.logs import claim_worker_slot, name_process
 from execauth.serving.runtime import open_runtime
-from execauth.shared_generation import SharedGeneration
+from execauth.serving.shared_generation import SharedGeneration
 
 SURFACES_VARIABLE = "EXECAUTH_SERVE_SURFACES"
 WRITER_SOCKET_VARIABLE = "EXECAUTH_WRITER_SOCKET"

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 
 from execauth.config import Settings
 from execauth.keyring import Keyring
-from execauth.metrics import Metrics
+from execauth.observability.metrics import Metrics
 from execauth.server_secret import ServerSecret
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import RemoteReceiptWriter

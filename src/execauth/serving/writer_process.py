@@ -32,8 +32,8 @@ import uvloop
 
 from execauth.config import Settings
 from execauth.keyring import Keyring
-from execauth.logs import name_process, setup_logging
-from execauth.metrics import Metrics
+from execauth.observability.logs import name_process, setup_logging
+from execauth.observability.metrics import Metrics
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import WriterServer
 from execauth.serving.runtime import open_stores

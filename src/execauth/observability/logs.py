@@ -4,7 +4,7 @@ Every process of ``execauth serve`` (the supervisor, each gateway worker, the wr
 writes its logs, uvicorn's included, as one JSON object per line on stderr: ``time``,
 ``level``, ``logger``, ``process`` (the role below), ``pid``, ``message`` and, for an
 exception, ``exception`` (its traceback as text). On a terminal they are text instead
-(``EXECAUTH_LOG_FORMAT=auto|json|text``). The decision log (``execauth.decision_log``)
+(``EXECAUTH_LOG_FORMAT=auto|json|text``). The decision log (``execauth.observability.decision_log``)
 is a logger of its own, ``execauth.decisions``, whose lines go where
 ``EXECAUTH_DECISION_LOG`` says and never mix with the process logs' level.
 

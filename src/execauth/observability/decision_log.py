@@ -29,8 +29,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from execauth.errors import ExecauthError
-from execauth.logs import DECISION_LOGGER, format_time, process_name
-from execauth.tracing import current_trace_ids
+from execauth.observability.logs import DECISION_LOGGER, format_time, process_name
+from execauth.observability.tracing import current_trace_ids
 
 log = logging.getLogger("execauth.decision_log")
 TraceIds = Callable[[], tuple[str, str] | None]
