@@ -1,6 +1,7 @@
 // Provision a tenant on a running execauth for the live tests: an organization, an
 // execute key and the policy of tests/conftest.py (DEPLOY_POLICY), plus a policy of
-// surfaces that escalate and an admin key to approve them. Prints shell `export` lines
+// surfaces that escalate and an admin key to approve them, and one whose PERMITs are
+// single-use. Prints shell `export` lines
 // for EXECAUTH_TEST_URL, EXECAUTH_TEST_API_KEY and EXECAUTH_TEST_APPROVER_KEY.
 //
 //   EXECAUTH_ADMIN_TOKEN=… node scripts/provision.mjs http://127.0.0.1:18383
@@ -48,6 +49,23 @@ surfaces:
         approval_ttl: 2s
 `;
 
+// PERMITs to be used once (docs/receipts.md, "Using a PERMIT once"); `once.reusable`
+// is the same grant without single_use.
+export const SINGLE_USE_POLICY = `description: Used once
+surfaces:
+  - match: once.production
+    rules:
+      - id: one-run
+        permit: "true"
+        single_use: true
+        ttl: 10m
+  - match: once.reusable
+    rules:
+      - id: any-run
+        permit: "true"
+        ttl: 10m
+`;
+
 async function call(method, path, body, contentType = "application/json") {
   const response = await fetch(url + path, {
     method,
@@ -63,6 +81,7 @@ const org = await call("POST", "/console/v1/orgs", { name: "ts-sdk-live", plan: 
 const key = await call("POST", `/console/v1/orgs/${org.org_id}/keys`, { name: "ts-sdk", role: "execute" });
 await call("PUT", `/console/v1/orgs/${org.org_id}/policies/deploys`, DEPLOY_POLICY, "application/yaml");
 await call("PUT", `/console/v1/orgs/${org.org_id}/policies/approvals`, APPROVAL_POLICY, "application/yaml");
+await call("PUT", `/console/v1/orgs/${org.org_id}/policies/once`, SINGLE_USE_POLICY, "application/yaml");
 const approver = await call("POST", `/console/v1/orgs/${org.org_id}/keys`, { name: "ts-approver", role: "admin" });
 console.log(`export EXECAUTH_TEST_URL=${url}`);
 console.log(`export EXECAUTH_TEST_API_KEY=${key.api_key}`);

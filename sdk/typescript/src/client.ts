@@ -13,8 +13,10 @@ import { setTimeout as sleepFor } from "node:timers/promises";
 import {
   ConnectionError,
   ExecauthError,
+  ReceiptNotUsableError,
   UnexpectedResponseError,
   errorFromResponse,
+  type Consumption,
 } from "./errors.js";
 import { CanonicalizationError, canonicalize } from "./jcs.js";
 import { KeyListError, isRecord, parseKeyList, type KeySet } from "./keys.js";
@@ -101,6 +103,19 @@ export interface AuthorizeOptions extends CallOptions {
 export interface ClientRequirePermitOptions extends AuthorizeOptions, ClientVerifyOptions {
   /** Also require `request_digest` to be the digest of this request (default true). */
   checkRequestDigest?: boolean | undefined;
+  /**
+   * Return a `single_use` PERMIT without consuming it: the caller must then `consume` it
+   * itself before acting (for example after checking its own intent against the grant).
+   * Default false: `requirePermit` consumes it, and throws if it cannot.
+   */
+  deferConsumption?: boolean | undefined;
+}
+
+export interface ConsumeOptions extends CallOptions {
+  /** Who is using the PERMIT (recorded with the consumption, shown to a later consumer). */
+  actor?: string | undefined;
+  /** Free text recorded with the consumption (at most 1000 characters). */
+  note?: string | undefined;
 }
 
 interface Answer {
@@ -319,16 +334,74 @@ export class Client {
    * Authorize, verify and require: the receipt if it is an authentic, unexpired PERMIT
    * for exactly this surface, actor and request; otherwise throws (`DeniedError`,
    * `SilencedError`, `InvalidReceiptError`, `ExpiredPermitError`, `ReceiptMismatchError`,
-   * or the wire error).
+   * or the wire error). A `single_use` PERMIT is consumed (as `request.actor`) before it
+   * is returned, unless `deferConsumption`: a refused consumption throws
+   * `ReceiptNotUsableError`, a failed one the wire or connection error, so nothing runs
+   * under a PERMIT that someone else may already have used.
    */
   async requirePermit(request: AuthorizeRequest, options: ClientRequirePermitOptions = {}): Promise<PermitReceipt> {
     const receipt = await this.authorize(request, options);
     const verdict = await this.verify(receipt, options); // an outcome receipt: checked like any other
-    return permitOrThrow(receipt, verdict, {
+    const permit = permitOrThrow(receipt, verdict, {
       surface: request.surface,
       actor: request.actor,
       requestDigest: options.checkRequestDigest === false ? undefined : requestDigest(request),
     });
+    if (permit.single_use === true && options.deferConsumption !== true) {
+      await this.consume(permit, { actor: request.actor, signal: options.signal });
+    }
+    return permit;
+  }
+
+  /**
+   * Use the PERMIT once: `POST /v1/receipts/{receipt_id}/consume`. Returns the
+   * consumption (when, by which key and actor) if this call is the one that used it;
+   * throws `ReceiptNotUsableError` when the service refuses (409: used already, with
+   * `consumed` saying when and by whom; expired; not a PERMIT. 404: not a receipt of this
+   * organization), or the wire/connection error. Exactly once across the service's
+   * instances. A retry after a lost answer finds this call's own earlier use and is
+   * refused too: fail closed, the work is not done twice.
+   */
+  async consume(receipt: Receipt, options: ConsumeOptions = {}): Promise<Consumption> {
+    if (this.#apiKey === undefined) throw new TypeError("consume needs a Client with an apiKey");
+    const receiptId = isRecord(receipt) ? receipt.receipt_id : undefined;
+    if (typeof receiptId !== "string" || receiptId === "") {
+      throw new TypeError("consume needs a receipt with a receipt_id");
+    }
+    const body: Record<string, string> = {};
+    if (options.actor !== undefined) body.actor = options.actor;
+    if (options.note !== undefined) body.note = options.note;
+    const headers = {
+      authorization: `Bearer ${this.#apiKey}`,
+      "content-type": "application/json",
+      accept: "application/json",
+    };
+    const path = `/v1/receipts/${encodeURIComponent(receiptId)}/consume`;
+    let answer: Answer;
+    try {
+      answer = await this.#call("POST", path, headers, JSON.stringify(body), options.signal, (status) => status === 200);
+    } catch (error) {
+      if (error instanceof ExecauthError && (error.status === 404 || error.status === 409)) {
+        throw new ReceiptNotUsableError(`the PERMIT cannot be used: ${error.message}`, receipt, {
+          code: error.code,
+          status: error.status,
+          requestId: error.requestId,
+          details: error.details,
+          cause: error,
+          consumed: error.code === "receipt_already_consumed" ? earlierConsumption(error.details) : undefined,
+        });
+      }
+      throw error;
+    }
+    // Only an answer about this very receipt counts as having used it.
+    const consumption = answer.body;
+    if (!isRecord(consumption) || consumption.receipt_id !== receiptId || typeof consumption.consumed_at !== "string") {
+      throw new UnexpectedResponseError(`the answer is not the consumption of ${receiptId}`, {
+        status: answer.status,
+        requestId: answer.headers.get("x-request-id") ?? undefined,
+      });
+    }
+    return consumption as Consumption;
   }
 
   /** One logical call: attempts with retries until `done` accepts an answer or an error is final. */
@@ -405,6 +478,14 @@ function looksLikeReceipt(body: unknown): body is Receipt {
   return (
     isRecord(body) && typeof body.decision === "string" && typeof body.receipt_id === "string" && !("error" in body)
   );
+}
+
+/** `details[0]` of a 409 `receipt_already_consumed`: the earlier use, when it has that shape. */
+function earlierConsumption(details: unknown[] | undefined): Consumption | undefined {
+  const first = details?.[0];
+  return isRecord(first) && typeof first.consumed_at === "string" && isRecord(first.consumed_by)
+    ? (first as Consumption)
+    : undefined;
 }
 
 function describe(error: unknown): string {

@@ -26,7 +26,10 @@
  *         ├── NotPermittedError       authentic, but not a PERMIT
  *         │   ├── DeniedError         DENY (a rejected or expired approval too)
  *         │   ├── SilencedError       SILENCE (fail closed)
- *         │   └── ApprovalPendingError ESCALATE, not (yet) approved
+ *         │   ├── ApprovalPendingError ESCALATE, not (yet) approved
+ *         │   └── ReceiptNotUsableError a single-use PERMIT this call could not consume
+ *         │                           (used already: `consumed` says when and by whom;
+ *         │                           expired; unknown; no client to consume it with)
  *         ├── ExpiredPermitError      authentic PERMIT past its expires_at
  *         └── ReceiptMismatchError    authentic PERMIT for another surface/actor/request
  */
@@ -199,8 +202,14 @@ export class PermitRequiredError extends ExecauthError {
   /** The verifier's verdict on it. */
   readonly verdict: Verdict | undefined;
 
-  constructor(message: string, receipt: unknown, verdict: Verdict | undefined, code: string) {
-    super(message, { code });
+  constructor(
+    message: string,
+    receipt: unknown,
+    verdict: Verdict | undefined,
+    code: string,
+    init: Omit<ErrorInit, "code"> = {},
+  ) {
+    super(message, { ...init, code });
     this.receipt = receipt;
     this.verdict = verdict;
   }
@@ -223,13 +232,21 @@ export class NotPermittedError extends PermitRequiredError {
   /** The detailed `SERVICE_POLICY_*` reason (`reasonCode`), or `reason_code`. */
   readonly reasonCode: string | undefined;
 
-  constructor(receipt: Receipt, verdict: Verdict, code = "not_permitted") {
+  constructor(
+    receipt: Receipt,
+    verdict: Verdict | undefined,
+    code = "not_permitted",
+    init: Omit<ErrorInit, "code"> & { message?: string | undefined } = {},
+  ) {
     const reason = receipt.reasonCode ?? receipt.reason_code;
+    const { message, ...rest } = init;
     super(
-      `${receipt.decision} for ${receipt.surface}${reason ? ` (${reason})` : ""}${receipt.message ? `: ${receipt.message}` : ""}`,
+      message ??
+        `${receipt.decision} for ${receipt.surface}${reason ? ` (${reason})` : ""}${receipt.message ? `: ${receipt.message}` : ""}`,
       receipt,
       verdict,
       code,
+      rest,
     );
     this.receipt = receipt;
     this.decision = receipt.decision;
@@ -260,6 +277,38 @@ export class ApprovalPendingError extends NotPermittedError {
   constructor(receipt: Receipt, verdict: Verdict) {
     super(receipt, verdict, "approval_pending");
     this.approvalId = receipt.approval_id;
+  }
+}
+
+/** The earlier use of a PERMIT, as the service reports it (`details[0]` of a 409). */
+export interface Consumption {
+  receipt_id: string;
+  execution_id: string;
+  consumed_at: string;
+  consumed_by: { key_id: string; actor?: string };
+  note?: string;
+  [field: string]: unknown;
+}
+
+/**
+ * A single-use PERMIT that this call could not consume, so the work must not run:
+ * the service refused (`code` is its `receipt_already_consumed`, `receipt_expired`,
+ * `receipt_not_permit` or `not_found`; `status` 409 or 404), or there was no client to
+ * consume it with (`consumer_required`, no status). A network failure while consuming is
+ * a `ConnectionError` instead: it fails closed the same way.
+ */
+export class ReceiptNotUsableError extends NotPermittedError {
+  override name = "ReceiptNotUsableError";
+  /** The earlier consumption (when, which key, which actor) on `receipt_already_consumed`. */
+  readonly consumed: Consumption | undefined;
+  constructor(
+    message: string,
+    receipt: Receipt,
+    init: Omit<ErrorInit, "code"> & { code: string; verdict?: Verdict | undefined; consumed?: Consumption | undefined },
+  ) {
+    const { code, verdict, consumed, ...rest } = init;
+    super(receipt, verdict, code, { ...rest, message });
+    this.consumed = consumed;
   }
 }
 

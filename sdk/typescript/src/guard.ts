@@ -1,6 +1,9 @@
 /**
  * `guarded`: wrap a tool (for example one an AI agent may call) so that it runs only
  * under an authentic, unexpired PERMIT for exactly the request it is about to make.
+ * A `single_use` PERMIT is consumed before the tool runs (`client.requirePermit` does
+ * it): if the service refuses (used already, expired) or cannot be reached, the tool
+ * does not run.
  */
 import type { AuthorizeRequest, Client, ClientRequirePermitOptions } from "./client.js";
 import { NotPermittedError } from "./errors.js";
@@ -17,12 +20,17 @@ export interface GuardSpec<I, R> {
   payload?: FromInput<I, Record<string, unknown> | undefined>;
   idempotencyKey?: FromInput<I, string | undefined>;
   /**
-   * Called instead of throwing when the decision is DENY or SILENCE, e.g. to hand the
-   * agent a refusal it can read. Other failures (errors, unauthentic or expired
-   * receipts) always throw: the tool never runs without a PERMIT.
+   * Called instead of throwing on a `NotPermittedError` (DENY, SILENCE, a pending
+   * ESCALATE, a single-use PERMIT used already: `ReceiptNotUsableError`), e.g. to hand
+   * the agent a refusal it can read. Other failures (wire and connection errors,
+   * unauthentic or expired receipts) always throw: the tool never runs without a PERMIT.
    */
   onNotPermitted?: (error: NotPermittedError, input: I) => R | Promise<R>;
-  /** Options passed to `client.requirePermit` (`now`, `signal`, `checkRequestDigest`). */
+  /**
+   * Options passed to `client.requirePermit` (`now`, `signal`, `checkRequestDigest`,
+   * `waitForApprovalMs`; `deferConsumption`: `fn` gets a single-use PERMIT unconsumed and
+   * must `client.consume` it before acting).
+   */
   options?: ClientRequirePermitOptions;
 }
 

@@ -10,11 +10,12 @@ export type {
   ClientOptions,
   ClientRequirePermitOptions,
   ClientVerifyOptions,
+  ConsumeOptions,
 } from "./client.js";
 export { verify, unmetExpectations, toKeySet } from "./verify.js";
 export type { Expectations, Keys, Verdict, VerdictReason, VerifyOptions } from "./verify.js";
-export { requirePermit, permitOrThrow } from "./require.js";
-export type { RequirePermitOptions } from "./require.js";
+export { requirePermit, requirePermitAndConsume, permitOrThrow } from "./require.js";
+export type { RequirePermitAndConsumeOptions, RequirePermitOptions } from "./require.js";
 export { guarded } from "./guard.js";
 export { checkIntent, requireIntent, IntentRefused } from "./intent.js";
 export type { CheckIntentOptions, ConstraintChecker, Intent, IntentCheck } from "./intent.js";

@@ -1,4 +1,5 @@
 /** `requirePermit`: the one check to run before doing irreversible work under a receipt. */
+import type { Client } from "./client.js";
 import {
   ApprovalPendingError,
   DeniedError,
@@ -6,6 +7,7 @@ import {
   InvalidReceiptError,
   NotPermittedError,
   ReceiptMismatchError,
+  ReceiptNotUsableError,
   SilencedError,
 } from "./errors.js";
 import type { PermitReceipt, Receipt } from "./receipt.js";
@@ -20,6 +22,21 @@ export interface RequirePermitOptions extends VerifyOptions {
   actor?: string | undefined;
   /** `requestDigest({...})` of the exact request; the receipt's `request_digest` must equal it. */
   requestDigest?: string | undefined;
+  /**
+   * Accept a `single_use` PERMIT without consuming it: the caller then consumes it
+   * (`client.consume`) before acting. Default false: a single-use PERMIT is refused here,
+   * since nothing offline can stop it being used twice (`requirePermitAndConsume` uses it).
+   */
+  deferConsumption?: boolean | undefined;
+}
+
+export interface RequirePermitAndConsumeOptions extends RequirePermitOptions {
+  /** The client to consume a `single_use` PERMIT with. */
+  consumer: Client;
+  /** Recorded with the consumption (default: `actor`). */
+  consumeActor?: string | undefined;
+  note?: string | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -27,11 +44,40 @@ export interface RequirePermitOptions extends VerifyOptions {
  * given expectation; throw otherwise (fail closed):
  * `InvalidReceiptError` (not authentic), `DeniedError` / `SilencedError` /
  * `ApprovalPendingError` (authentic, not a PERMIT; a rejected or expired approval is a
- * DENY), `ExpiredPermitError`, `ReceiptMismatchError`.
+ * DENY), `ExpiredPermitError`, `ReceiptMismatchError`; a `single_use` PERMIT
+ * `ReceiptNotUsableError` (`consumer_required`) unless `deferConsumption`.
  */
 export function requirePermit(receipt: unknown, options: RequirePermitOptions): PermitReceipt {
   const verdict = verify(receipt, options.keys, options);
-  return permitOrThrow(receipt, verdict, options);
+  const permit = permitOrThrow(receipt, verdict, options);
+  if (permit.single_use === true && options.deferConsumption !== true) {
+    throw new ReceiptNotUsableError(
+      `PERMIT ${permit.receipt_id} is single-use: consume it before acting (requirePermitAndConsume, or deferConsumption and client.consume)`,
+      permit,
+      { code: "consumer_required", verdict },
+    );
+  }
+  return permit;
+}
+
+/**
+ * `requirePermit`, then, for a `single_use` PERMIT (unless `deferConsumption`), consume it
+ * through `consumer`: the PERMIT is returned only if this call is the one that used it.
+ * A refusal throws `ReceiptNotUsableError`, an unreachable service the connection error.
+ */
+export async function requirePermitAndConsume(
+  receipt: unknown,
+  options: RequirePermitAndConsumeOptions,
+): Promise<PermitReceipt> {
+  const permit = requirePermit(receipt, { ...options, deferConsumption: true });
+  if (permit.single_use === true && options.deferConsumption !== true) {
+    await options.consumer.consume(permit, {
+      actor: options.consumeActor ?? options.actor,
+      note: options.note,
+      signal: options.signal,
+    });
+  }
+  return permit;
 }
 
 /** The decision part of `requirePermit`, for a verdict already computed. */

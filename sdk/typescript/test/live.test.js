@@ -10,11 +10,14 @@ import {
   DeniedError,
   IdempotencyConflictError,
   InvalidRequestError,
+  ReceiptNotUsableError,
   SilencedError,
   SurfaceNotFoundError,
   UnauthorizedError,
+  guarded,
   requestDigest,
   requirePermit,
+  requirePermitAndConsume,
   verify,
 } from "../dist/index.js";
 
@@ -154,5 +157,88 @@ describe("live: a running execauth", () => {
     const receipt = await client.authorize(PERMIT);
     assert.equal(receipt.issuer, keys.issuer);
     assert.ok(keys.keys.has(receipt.key_id));
+  });
+});
+
+// Receipts used once (docs/receipts.md "Using a PERMIT once"): the `once` policy of
+// scripts/provision.mjs makes once.production's PERMITs single_use, once.reusable's not.
+describe("live: a single-use PERMIT on a running execauth", () => {
+  const test = (name, fn) => nodeTest(name, { skip }, fn);
+  const client = new Client({ baseUrl: url ?? "http://unset", apiKey, maxRetries: 2 });
+  const ONCE = (run = randomUUID()) => ({ surface: "once.production", actor: "release-bot", context: { run } });
+  const refusedWith = (code) => (error) => {
+    assert.ok(error instanceof ReceiptNotUsableError, String(error));
+    assert.equal(error.code, code);
+    return true;
+  };
+
+  test("requirePermit consumes it; the next consumer is told when and by whom it was used", async () => {
+    const permit = await client.requirePermit(ONCE());
+    assert.equal(permit.single_use, true);
+    await assert.rejects(client.consume(permit, { actor: "someone-else" }), (error) => {
+      refusedWith("receipt_already_consumed")(error);
+      assert.equal(error.status, 409);
+      assert.equal(error.consumed.receipt_id, permit.receipt_id);
+      assert.equal(error.consumed.consumed_by.actor, "release-bot");
+      assert.ok(Date.parse(error.consumed.consumed_at) > 0);
+      return true;
+    });
+  });
+
+  test("concurrent consumers of one PERMIT: exactly one succeeds", async () => {
+    const permit = await client.requirePermit(ONCE(), { deferConsumption: true });
+    const results = await Promise.allSettled(
+      Array.from({ length: 6 }, (_, i) => client.consume(permit, { actor: `worker-${i}` })),
+    );
+    const won = results.filter((r) => r.status === "fulfilled");
+    assert.equal(won.length, 1);
+    for (const lost of results.filter((r) => r.status === "rejected")) {
+      refusedWith("receipt_already_consumed")(lost.reason);
+      assert.equal(lost.reason.consumed.consumed_by.actor, won[0].value.consumed_by.actor);
+    }
+  });
+
+  test("guarded: the tool runs under a fresh PERMIT each call, and each PERMIT is used up", async () => {
+    const used = [];
+    const tool = guarded(client, { surface: "once.production", actor: "release-bot", context: (run) => ({ run }) }, (_run, receipt) => {
+      used.push(receipt);
+      return receipt.receipt_id;
+    });
+    await tool(randomUUID());
+    await tool(randomUUID());
+    assert.equal(used.length, 2);
+    assert.notEqual(used[0].receipt_id, used[1].receipt_id);
+    for (const receipt of used) await assert.rejects(client.consume(receipt), refusedWith("receipt_already_consumed"));
+  });
+
+  test("deferConsumption returns it unused; the caller's consume records its note", async () => {
+    const permit = await client.requirePermit(ONCE(), { deferConsumption: true });
+    const consumption = await client.consume(permit, { actor: "release-bot", note: "ts sdk live" });
+    assert.equal(consumption.receipt_id, permit.receipt_id);
+    assert.equal(consumption.execution_id, permit.execution_id);
+    assert.equal(consumption.note, "ts sdk live");
+  });
+
+  test("offline: requirePermit refuses it without a consumer; requirePermitAndConsume uses it", async () => {
+    const asked = ONCE();
+    const receipt = await client.authorize(asked);
+    const keys = await client.keys();
+    const expected = { keys, surface: asked.surface, actor: asked.actor, requestDigest: requestDigest(asked) };
+    assert.throws(() => requirePermit(receipt, expected), refusedWith("consumer_required"));
+    assert.equal(await requirePermitAndConsume(receipt, { ...expected, consumer: client }), receipt);
+    await assert.rejects(requirePermitAndConsume(receipt, { ...expected, consumer: client }), refusedWith("receipt_already_consumed"));
+  });
+
+  test("a PERMIT without single_use is not consumed by requirePermit", async () => {
+    const permit = await client.requirePermit({ surface: "once.reusable", actor: "release-bot" });
+    assert.equal(permit.single_use, undefined);
+    assert.equal((await client.consume(permit)).receipt_id, permit.receipt_id); // still unused
+  });
+
+  test("a DENY cannot be consumed (receipt_not_permit); an unknown receipt is not_found", async () => {
+    const deny = await client.authorize(DENY);
+    await assert.rejects(client.consume(deny), refusedWith("receipt_not_permit"));
+    const unknown = { ...deny, receipt_id: "service_rcpt_0000000000000000" };
+    await assert.rejects(client.consume(unknown), (error) => refusedWith("not_found")(error) && error.status === 404);
   });
 });
