@@ -1,7 +1,7 @@
 """The one error hierarchy of execauth.
 
 Every failure that can reach a client is an ``ExecauthError`` subclass carrying
-its wire ``code`` and HTTP ``status`` (spec §7, DESIGN.md §2). The API layer
+its wire ``code`` and HTTP ``status`` (docs/api.md, "Errors"). The API layer
 renders them in one place (``execauth.api.errors``); nothing else builds error
 bodies. The tree:
 

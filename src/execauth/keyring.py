@@ -227,9 +227,9 @@ def key_list_entry(record: SigningKeyRecord) -> dict[str, Any]:
     """One entry of the published key list.
 
     ``expires_at`` is when the key stops (or stopped) signing: its retirement
-    time, set at rotation; absent while no successor exists (spec §2.3 makes it
-    optional rather than nullable). A receipt dated at or after it does not
-    verify with this key.
+    time, set at rotation; absent while no successor exists (optional rather than
+    nullable: docs/receipts.md, "Key lists"). A receipt dated at or after it does
+    not verify with this key.
     """
     ended = record.retired_at or record.revoked_at
     entry = {

@@ -1,4 +1,4 @@
-"""Receipts: build the superset receipt of DESIGN.md §2, canonicalize it, sign it.
+"""Receipts: build the receipt (docs/receipts.md), canonicalize it, sign it.
 
 Pure: no clock, no database, no HTTP. The caller passes ``now`` and the signer.
 The signed payload is ``JCS(receipt minus UNSIGNED_FIELDS)`` (RFC 8785); the
@@ -78,7 +78,7 @@ def build_receipt(
     now: datetime,
     key_id: str,
 ) -> dict[str, Any]:
-    """The unsigned receipt, fields in the documented order (DESIGN.md §2)."""
+    """The unsigned receipt, fields in the documented order (docs/receipts.md, "Fields")."""
     receipt: dict[str, Any] = {
         "receipt_id": receipt_id,
         "execution_id": execution_id,

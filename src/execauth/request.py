@@ -1,6 +1,6 @@
 """The execute request as the core sees it: one normalized value for every wire variant.
 
-The gateway accepts variants A–D of spec §2.1 at once (DESIGN.md §2); this module
+The gateway accepts variants A–D at once (docs/api.md, "The request"); this module
 turns the decoded JSON body and the ``Idempotency-Key`` header into an
 ``ExecuteRequest`` or raises ``InvalidRequest`` naming the offending field.
 

@@ -1,9 +1,9 @@
 """The execute use case: authenticate, decide, sign, store, answer.
 
-One request's way (STYLE.md): the API parses the wire form into an
-``ExecuteRequest`` and calls ``ExecutionService.execute``, which asks tenancy
-who is calling, ``policy`` what to decide, ``receipts`` to sign, and the writer
-to commit; only then is the receipt returned. Every failure raises an
+One request's way (docs/architecture.md, "One `POST /v1/execute`"): the API parses
+the wire form into an ``ExecuteRequest`` and calls ``ExecutionService.execute``,
+which asks tenancy who is calling, ``policy`` what to decide, ``receipts`` to sign,
+and the writer to commit; only then is the receipt returned. Every failure raises an
 ``ExecauthError``; nothing here returns PERMIT except a PERMIT decision.
 """
 
@@ -81,7 +81,8 @@ class CredentialCache:
     """Bearer secret → principal, re-read from the database after ``ttl`` seconds.
 
     The short ttl bounds how long a revoked key keeps working on an instance that
-    did not revoke it (DESIGN.md §3: within one second on every instance).
+    did not revoke it: within one second on every instance (docs/api.md,
+    "Authentication").
     """
 
     def __init__(
@@ -190,7 +191,7 @@ class ExecutionService:
         self.approvals = ApprovalStore(runtime.engine)
 
     async def authenticate(self, authorization: str | None) -> Principal:
-        """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key (spec §5)."""
+        """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key."""
         if not authorization:
             raise Unauthorized("missing Authorization: Bearer <API key>")
         scheme, _, secret = authorization.partition(" ")

@@ -2,7 +2,7 @@
 
 This module is what a relying party runs; it imports nothing from the server,
 reads no clock (the caller passes ``now``) and touches no network. A receipt is
-*authentic* when (DESIGN.md §2):
+*authentic* when (docs/receipts.md, "How a verifier decides"):
 
 1. it is a JSON object with a ``key_id`` naming a key in the list,
 2. that key's ``id`` is ``service_key_`` + the first 16 hex digits of SHA-256 of

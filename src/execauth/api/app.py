@@ -1,4 +1,4 @@
-"""The ASGI application factory: one app, three surfaces (DESIGN.md §1)."""
+"""The ASGI application factory: one app, three surfaces (docs/api.md, "Surfaces")."""
 
 from __future__ import annotations
 

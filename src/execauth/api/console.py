@@ -1,6 +1,6 @@
 """The console (control plane) API under ``/console/v1``, for the platform administrator.
 
-Authenticated by the bootstrap admin token (DESIGN.md §3). Organizations'
+Authenticated by the bootstrap admin token (docs/api.md, "Authentication"). Organizations'
 own admin keys use the operator surface (``api.operator``) instead.
 """
 

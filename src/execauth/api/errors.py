@@ -1,4 +1,4 @@
-"""The one place where errors become wire responses (spec §7, DESIGN.md §2).
+"""The one place where errors become wire responses (docs/api.md, "Errors").
 
 Profile A: ``{"error": code, "message": text, "request_id": id}``.
 Profile B: ``{"error": {"code", "message", "request_id"}}``.

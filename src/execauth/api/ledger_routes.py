@@ -1,4 +1,4 @@
-"""Proofs from the Merkle logs (DESIGN.md §6): inclusion, consistency, checkpoints.
+"""Proofs from the Merkle logs (docs/ledger.md, "Endpoints"): inclusion, consistency, checkpoints.
 
 Any key of the organization may read its own log; proofs reveal hashes only.
 """

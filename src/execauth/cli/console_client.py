@@ -27,7 +27,7 @@ from execauth.wire_time import parse_timestamp
 
 # Every admin command talks to ``--url`` (default ``$EXECAUTH_URL``) with the admin token
 # from ``$EXECAUTH_ADMIN_TOKEN``; secrets are never flags, which would leak into shell
-# history and ``ps`` (DESIGN.md §6). Exit 0 on success, 1 when the service refused or
+# history and ``ps``. Exit 0 on success, 1 when the service refused or
 # could not be reached, 2 on a usage error (bad arguments, no token).
 TOKEN_ENV = "EXECAUTH_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
 EXIT_FAILED, EXIT_USAGE = 1, 2

@@ -1,4 +1,4 @@
-"""Checkpoints: a log's signed tree head, in C2SP tlog-checkpoint form (DESIGN.md §6).
+"""Checkpoints: a log's signed tree head, in C2SP tlog-checkpoint form (docs/ledger.md).
 
 The body is three lines, origin / tree size / base64 root hash (plus optional
 extension lines, which we never write), wrapped in a signed note whose key name
@@ -62,7 +62,7 @@ class Checkpoint:
     def __post_init__(self) -> None:
         # tlog-checkpoint: the origin MUST be non-empty and clients MUST NOT assume
         # more (Go's sumdb uses "go.sum database tree"). Ours doubles as the key
-        # name (DESIGN.md §6), which sign_checkpoint checks separately.
+        # name (docs/ledger.md, "What is logged"), which sign_checkpoint checks separately.
         if not self.origin or "\n" in self.origin:
             raise MalformedCheckpointError(f"invalid origin {self.origin!r}")
         if isinstance(self.tree_size, bool) or self.tree_size < 0:
@@ -88,7 +88,7 @@ def sign_checkpoint(checkpoint: Checkpoint, signers: Sequence[NoteSigner]) -> st
     """The signed note of ``checkpoint``; every signer's key name must be its origin."""
     for name, _, _ in signers:
         if name != checkpoint.origin:
-            # DESIGN.md §6 (and tlog-checkpoint's SHOULD): the log signs as its origin.
+            # docs/ledger.md (and tlog-checkpoint's SHOULD): the log signs as its origin.
             raise ValueError(f"key name {name!r} is not the origin {checkpoint.origin!r}")
     return sign_note(checkpoint.body(), signers)
 

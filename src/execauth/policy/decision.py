@@ -16,7 +16,10 @@ class Outcome(StrEnum):
 
 
 class Reason:
-    """The detailed reason codes of DESIGN.md §5 (rules may name their own ``SERVICE_POLICY_*``)."""
+    """The detailed reason codes (docs/policy-language.md, "Evaluation").
+
+    Rules may name their own ``SERVICE_POLICY_*``.
+    """
 
     DENIED = "SERVICE_POLICY_DENIED"
     NO_MATCHING_RULE = "SERVICE_POLICY_NO_MATCHING_RULE"
@@ -92,7 +95,7 @@ class Decision:
 
     @property
     def reason_category(self) -> str | None:
-        """The coarse ``reason_code`` of spec §2.2 rule 2."""
+        """The coarse ``reason_code`` (docs/receipts.md, "Fields")."""
         if self.outcome is Outcome.DENY:
             return "POLICY_VIOLATION"
         if self.outcome is Outcome.SILENCE:

@@ -1,6 +1,6 @@
 """The policy document: parse YAML or JSON, check its shape, locate problems by line.
 
-Format (DESIGN.md §5, ``docs/policy-language.md``)::
+Format (docs/policy-language.md, "Format")::
 
     policy_id: deploys            # optional; must equal the id it is published under
     description: Production deploys

@@ -2,8 +2,9 @@
 
 Evaluation is a pure function of (compiled policy, normalized request, ``now``,
 org facts): replay re-runs it and must reproduce decision, rule and reason
-exactly (DESIGN.md §5). Every failure inside evaluation becomes SILENCE; nothing
-here can turn an error into PERMIT. ``trace`` records every step for ``policy.explain``;
+exactly (docs/policy-language.md, "Evaluation"). Every failure inside evaluation
+becomes SILENCE; nothing here can turn an error into PERMIT. ``trace`` records every
+step for ``policy.explain``;
 ``evaluate``, on the request path, decides without recording: it shares with ``trace``
 the require check, the CEL activation, the cost check, each rule's messages and the
 conclusion, and hands any request that needs a rule's cost computed to ``trace``'s loop.
@@ -319,7 +320,7 @@ class Trace:
     decision: Decision
     requires: tuple[RequireCheck, ...]
     rules: tuple[RuleResult, ...]
-    row: str  # which row of DESIGN.md §5's decision table applied
+    row: str  # which row of the decision table applied (docs/policy-language.md)
     input_size: InputSize | None  # None when no rule ran (a require path was missing)
 
 
@@ -365,7 +366,7 @@ def evaluate(
 def trace(
     block: CompiledBlock, request: Mapping[str, Any], *, now: datetime, org: Mapping[str, Any]
 ) -> Trace:
-    """Evaluate ``request`` under ``block``, recording each step (DESIGN.md §5)."""
+    """Evaluate ``request`` under ``block``, recording each step."""
     requires = tuple(
         RequireCheck(path, _present(request, keys)) for path, keys in block.require_paths
     )

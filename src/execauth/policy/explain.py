@@ -59,7 +59,7 @@ class Explanation:
 
     @property
     def why(self) -> str:
-        """The decision-table row (DESIGN.md §5) that produced the decision."""
+        """The decision-table row (docs/policy-language.md, "Evaluation") behind the decision."""
         trace = self.trace
         if trace is None:
             return "no block of any policy matches the surface: 404 surface_not_found"

@@ -1,4 +1,5 @@
-"""Deterministic replay and impact analysis over recorded evaluations (DESIGN.md §5).
+"""Deterministic replay and impact analysis over recorded evaluations (docs/policy-language.md,
+"Replay and impact analysis").
 
 Evaluation is a pure function of (policy version, normalized request, ``now``,
 org facts), and every execution stores all four; so re-running it must give

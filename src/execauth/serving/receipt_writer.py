@@ -3,7 +3,8 @@
 Requests hand their ``ExecutionRecord`` to ``write`` and wait; the writer thread
 takes everything queued, inserts it in one transaction and commits once (one
 fsync for the whole batch under SQLite ``synchronous=FULL``), then wakes each
-waiter. Only after that does the gateway send the receipt (DESIGN.md §4).
+waiter. Only after that does the gateway send the receipt: an answered receipt is a
+kept one.
 
 A failing batch is retried one record per transaction so that one bad row (an
 id collision, say) fails only its own request. A request whose record could not

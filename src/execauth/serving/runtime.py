@@ -40,7 +40,7 @@ ADMIN_TOKEN_PURPOSE = "admin-token-hash-v1"  # noqa: S105 - an HKDF label
 
 
 class AdminAuth:
-    """The platform administrator's bootstrap token (DESIGN.md §3)."""
+    """The platform administrator's bootstrap token (docs/api.md, "Authentication")."""
 
     def __init__(self, secret: ServerSecret, *, token: str | None, token_hash: str | None) -> None:
         self._secret = secret

@@ -1,6 +1,6 @@
 """The sequencer: puts committed receipts into their organization's Merkle log.
 
-It never runs on the request path (STYLE.md): a receipt is answered once
+It never runs on the request path: a receipt is answered once
 durable, and sequenced within about a second after. Every instance runs one;
 the store makes sure only one works at a time. On PostgreSQL it is a thread of
 its own; on SQLite it runs between receipt batches on the writer's thread,
@@ -30,7 +30,7 @@ WRITER_BATCH = 256
 
 
 def log_origin(issuer: str, org_id: str) -> str:
-    """``<issuer host>/log/<org_id>`` (DESIGN.md §6): names the log in its checkpoints."""
+    """``<issuer host>/log/<org_id>`` (docs/ledger.md): names the log in its checkpoints."""
     return f"{urlsplit(issuer).netloc or issuer}/log/{org_id}"
 
 

@@ -1,4 +1,4 @@
-"""The control-plane audit trail: who changed what, when (spec §1, operator surface).
+"""The control-plane audit trail: who changed what, when (docs/api.md, "Surfaces").
 
 Events are written in the same transaction as the change they describe, so the
 trail can neither miss a change nor record one that did not happen; the table
@@ -41,7 +41,7 @@ def cli_actor() -> str:
 
 
 def org_change_actions(changes: dict[str, Any]) -> list[str]:
-    """One audit action per kind of change, so the trail reads like the spec's list."""
+    """One audit action per kind of change, so the trail names each change on its own."""
     actions = []
     if "name" in changes:
         actions.append("org.renamed")
