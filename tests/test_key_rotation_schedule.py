@@ -1,4 +1,4 @@
-"""Automatic signing-key rotation (spec §9): the schedule, the handover, one rotation per period.
+"""Automatic key rotation (docs/operations.md): the schedule, the handover, one per period.
 
 Time is injected everywhere: the schedule and the keyring take ``now``, the app takes a
 clock the test moves; nothing waits for 90 days.

@@ -1,4 +1,4 @@
-"""Receipts (execauth.receipts): the superset receipt of DESIGN.md §2, its payload and signature.
+"""Receipts (execauth.receipts): the receipt of docs/receipts.md, its payload and signature.
 
 The signature is checked here along an independent path: ``rfc8785`` and
 ``cryptography``'s ``Ed25519PublicKey`` directly, never ``execauth.verify``.

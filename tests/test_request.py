@@ -1,4 +1,4 @@
-"""Execute-request normalization (execauth.request): variants A–D of spec §2.1, DESIGN.md §2."""
+"""Execute-request normalization (execauth.request): variants A–D of docs/api.md, "The request"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``execauth org | key | policy | usage`` against a real ``execauth serve`` (DESIGN.md §6).
+"""``execauth org | key | policy | usage`` against a real ``execauth serve`` (docs/api.md,
+"Exit codes of the command line").
 
 Exit 0 on success, 1 when the service refuses or cannot be reached, 2 on a usage error;
 the admin token comes only from ``EXECAUTH_ADMIN_TOKEN``.

@@ -1,6 +1,6 @@
 """``execauth gate``: the command runs only under a verified PERMIT for exactly this request.
 
-Exit status (DESIGN.md §6): the command's own when it ran; 77 DENY, 75 SILENCE, 69
+Exit status (README.md, "Gate a command"): the command's own when it ran; 77 DENY, 75 SILENCE, 69
 service unreachable or answered an error, 65 receipt not verified or not for this
 request, 2 usage error. The command in these tests writes a marker file, so each test
 shows whether it ran. Decisions come from a real ``execauth serve``; answers a real

@@ -1,4 +1,4 @@
-"""The error table of spec §7 (plus DESIGN.md §2's 405, 409 and 413), in both wire profiles."""
+"""The error table of docs/api.md ("Errors"), in both wire profiles."""
 
 from __future__ import annotations
 

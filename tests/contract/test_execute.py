@@ -1,4 +1,4 @@
-"""POST /v1/execute, row by row of spec §2.1, §2.2, §3 and DESIGN.md §2."""
+"""POST /v1/execute, row by row of docs/api.md ("POST /v1/execute") and docs/receipts.md."""
 
 from __future__ import annotations
 

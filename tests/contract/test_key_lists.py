@@ -1,4 +1,4 @@
-"""GET /.well-known/service-keys.json and /.well-known/jwks.json (spec §2.3, §4.2, DESIGN.md §2)."""
+"""GET /.well-known/service-keys.json and /.well-known/jwks.json (docs/receipts.md, "Key lists")."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ async def test_key_entries_carry_variant_a_and_b_fields(client: httpx.AsyncClien
     assert entry["algorithm"] == "Ed25519"
     assert entry["status"] == "active"
     assert entry["created_at"].endswith("Z")
-    assert "expires_at" not in entry  # optional, not null (spec §2.3): no successor yet
+    assert "expires_at" not in entry  # optional, not null (docs/receipts.md): no successor yet
 
 
 async def test_key_id_is_derived_from_the_public_key(client: httpx.AsyncClient) -> None:

@@ -1,4 +1,4 @@
-"""The published contract file (spec §9): ``GET /openapi.yaml`` against the gateway's real answers.
+"""The contract file (docs/api.md): ``GET /openapi.yaml`` against the gateway's real answers.
 
 Every answer the gateway gives must have a status documented for its operation, carry
 the headers documented as required, and have a body that validates against the schema
@@ -229,7 +229,7 @@ PAYLOAD: dict[str, dict[str, Any]] = {
 
 
 def variant_body(variant: str, decision: str) -> dict[str, Any]:
-    """A request in the field names of ``variant`` (spec §2.1) that yields ``decision``."""
+    """A request in the field names of ``variant`` (docs/api.md) that yields ``decision``."""
     if variant == "A":
         return {
             "surface": "deploy.production",
@@ -319,7 +319,7 @@ async def test_idempotent_replay_matches_the_schema_and_its_header(
     assert_documented(replay, "/v1/execute")
 
 
-# ---- errors (spec §7) -------------------------------------------------------------------
+# ---- errors (docs/api.md) -------------------------------------------------------------------
 
 Case = Callable[[httpx.AsyncClient, Tenant, dict[str, str]], Awaitable[httpx.Response]]
 

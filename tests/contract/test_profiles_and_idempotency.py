@@ -1,4 +1,4 @@
-"""Wire profiles A and B (spec §3) and idempotent repeats (spec §2.1 rule 2, DESIGN.md §2)."""
+"""Wire profiles A and B and idempotent repeats (docs/api.md, "The answer", "Idempotency")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /protocol/verify-receipt (shape) and /protocol/verify-signature (spec §4.3, §4.4)."""
+"""POST /protocol/verify-receipt (shape) and /protocol/verify-signature (docs/receipts.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Two ``execauth serve`` instances sharing one PostgreSQL database (and Redis).
 
-Spec §8 and DESIGN.md §3: the quota is exact across instances, revocation
+docs/api.md: the quota is exact across instances, revocation
 reaches every instance within a second, an idempotency key means one receipt
 whichever instance answers, and rate limits are shared through Redis.
 """
@@ -135,7 +135,7 @@ def test_revocation_on_one_instance_reaches_the_other_within_a_second(pair: Pair
         status = httpx.post(pair.urls[1] + "/v1/execute", json=PERMIT, headers=auth).status_code
         if status == 401:
             break
-        # DESIGN.md §3: no request sent a second or more after the revocation is accepted.
+        # docs/api.md: no request sent a second or more after the revocation is accepted.
         assert sent_after < 1.0, f"instance B accepted a key revoked {sent_after:.2f} s ago"
         time.sleep(0.02)
 

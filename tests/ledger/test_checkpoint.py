@@ -1,4 +1,4 @@
-"""Signed notes and checkpoints (C2SP signed-note, tlog-checkpoint; DESIGN.md §6).
+"""Signed notes and checkpoints (C2SP signed-note, tlog-checkpoint; docs/ledger.md).
 
 Known answers from third parties:
 - golang.org/x/mod sumdb/note/note_test.go: the PeterNeumann signer and verifier

@@ -1,4 +1,4 @@
-"""The audit trail (spec §1): every control-plane action, who did it, when; append-only."""
+"""The audit trail (docs/api.md): every control-plane action, who did it, when; append-only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Execution history (spec §1 operator timeline): newest first, filters, cursor, lineage."""
+"""Execution history (the operator surface, docs/api.md): newest first, filters, cursor, lineage."""
 
 from __future__ import annotations
 

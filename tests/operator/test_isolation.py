@@ -1,4 +1,4 @@
-"""Tenant isolation (spec §1): another org's keys see nothing of this one: 404, never data."""
+"""Tenant isolation (docs/api.md): another org's keys see nothing of this one: 404, never data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deterministic replay and impact analysis (DESIGN.md §5; the policy issue, items 6 and 7)."""
+"""Deterministic replay and impact analysis (docs/policy-language.md)."""
 
 from __future__ import annotations
 

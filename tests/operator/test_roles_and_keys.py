@@ -1,4 +1,4 @@
-"""Operator surface access (spec §1, §5): admins manage keys, auditors read, executors don't."""
+"""Operator surface access (docs/api.md): admins manage keys, auditors read, executors don't."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policy evaluation (execauth.policy.engine): the decision table of DESIGN.md §5."""
+"""Policy evaluation (execauth.policy.engine): the decision table of docs/policy-language.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``execauth policy test`` and ``execauth policy eval``: exit codes and output (DESIGN.md §6)."""
+"""``execauth policy test`` and ``execauth policy eval``: exit codes and output.
+
+As docs/policy-language.md ("Testing policies", "Explaining a decision") states them.
+"""
 
 from __future__ import annotations
 

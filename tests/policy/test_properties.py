@@ -1,4 +1,4 @@
-"""Properties of evaluation (DESIGN.md §5), over generated policies and requests.
+"""Properties of evaluation (docs/policy-language.md), over generated policies and requests.
 
 Policies: one block with ``require`` paths and permit/deny rules whose CEL conditions
 read context and payload fields — including conditions that fail on a missing field, a

@@ -1,6 +1,6 @@
 """The writer's two paths into the store: ``insert_batch`` and ``insert_execution``.
 
-Both run the same rules (DESIGN.md §3): a repeat of an idempotency key is answered
+Both run the same rules (docs/api.md, "Idempotency"): a repeat of an idempotency key is answered
 with its prior execution and not counted; the quota is counted exactly, in order;
 nothing is stored past the limit. Where the batch path looks its keys up first (SQLite,
 and PostgreSQL near a quota's limit), it has to fail whole when another writer stored

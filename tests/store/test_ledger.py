@@ -1,4 +1,4 @@
-"""The per-organization Merkle logs (DESIGN.md §4, §6), checked by an independent path.
+"""The per-organization Merkle logs (docs/ledger.md), checked by an independent path.
 
 The RFC 9162 hashing and proof verification below are written out in the test
 (from the RFC's algorithms), not imported from ``execauth.ledger``: a bug shared

@@ -1,4 +1,4 @@
-"""API key lifecycle (spec §5, DESIGN.md §3): rotate with a grace period, revoke, last use."""
+"""API key lifecycle (docs/api.md): rotate with a grace period, revoke, last use."""
 
 from __future__ import annotations
 

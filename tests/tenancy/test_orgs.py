@@ -1,4 +1,4 @@
-"""Organizations (spec §8): rename, change plan, set wire profile, disable."""
+"""Organizations (docs/api.md): rename, change plan, set wire profile, disable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Monthly quota (spec §8, DESIGN.md §3): exact under concurrency, repeats and 4xx free."""
+"""Monthly quota (docs/api.md): exact under concurrency, repeats and 4xx free."""
 
 from __future__ import annotations
 

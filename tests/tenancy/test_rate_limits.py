@@ -1,4 +1,4 @@
-"""Per-organization rate limits (spec §7/§8, DESIGN.md §3): 429, Retry-After, RateLimit-*."""
+"""Per-organization rate limits (docs/api.md): 429, Retry-After, RateLimit-*."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Usage and metering (spec §8): executes per month by decision and surface, and export."""
+"""Usage and metering (docs/api.md): executes per month by decision and surface, and export."""
 
 from __future__ import annotations
 
