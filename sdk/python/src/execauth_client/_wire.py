@@ -47,8 +47,8 @@ def approval_outcome(response: httpx.Response) -> tuple[str, Receipt | None]:
 
 KEYS_PATH = "/.well-known/service-keys.json"
 PLAN_LIMIT_CODE = "SERVICE_PLAN_LIMIT_EXCEEDED"
-# 500 too: spec §7 says an internal_error "should be retried"; the idempotency key
-# makes a repeat safe (the same key returns the same receipt).
+# 500 too: the service documents internal_error as retryable (docs/api.md, "Errors"); the
+# idempotency key makes a repeat safe (the same key returns the same receipt).
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 _BY_CODE: dict[str, type[ExecauthError]] = {
@@ -104,7 +104,7 @@ def request_digest(
     context: Mapping[str, Any] | None,
     payload: Mapping[str, Any] | None,
 ) -> str:
-    """``request_digest`` as the service computes it (DESIGN.md §2) for what we sent."""
+    """``request_digest`` as the service computes it (docs/receipts.md) for what we sent."""
     normalized = {
         "surface": surface,
         "action": action,

@@ -20,7 +20,7 @@ def _str(raw: Mapping[str, Any], name: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """The receipt fields (DESIGN.md §2) plus ``raw``, the exact JSON object received.
+    """The receipt fields (docs/receipts.md) plus ``raw``, the exact JSON object received.
 
     Verification always works on ``raw``: the typed fields are for reading only.
     ``reason_code`` is the coarse code (``POLICY_VIOLATION``/``INDETERMINATE_EVALUATION``);

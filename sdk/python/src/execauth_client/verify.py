@@ -1,8 +1,8 @@
 """Offline receipt verification: a receipt and a key list in, a ``Verdict`` out.
 
 Self-contained on purpose (only ``cryptography`` and ``rfc8785``): it shares no code
-with the server, so it is an independent check. The rules (DESIGN.md §2,
-docs/receipts.md), in order; the first failure is the verdict's ``reason``:
+with the server, so it is an independent check. The rules (docs/receipts.md,
+"How a verifier decides"), in order; the first failure is the verdict's ``reason``:
 
 1. the receipt is an object with a string ``key_id``          → ``malformed_receipt``
 2. ``signature`` is a string starting ``ed25519:``            → ``malformed_receipt``
