@@ -18,8 +18,9 @@ it ran (128+N when signal N ended it); otherwise 77 on DENY (and on ESCALATE whe
 waiting), 79 when an approver rejected, 80 when the approval expired, 81 when it is still
 pending at ``--approval-timeout``, 130 on Ctrl-C before the command ran, 75 on SILENCE,
 69 when the service is unreachable or answered an error, 65 when a receipt fails
-verification or does not match the request (an expired PERMIT included), 2 on a usage
-error.
+verification or does not match the request (an expired PERMIT included), 82 when the
+PERMIT's ``allowed_commands`` (a bound grant, docs/receipts.md "Constraints") does not
+name the command, 2 on a usage error.
 """
 
 from __future__ import annotations
