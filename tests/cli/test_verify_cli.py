@@ -21,7 +21,12 @@ SECRET = ServerSecret("cli-test-secret-" + "c" * 32)
 
 
 def make_receipt(
-    signer: ActiveSigner, now: datetime, *, outcome: Outcome = Outcome.PERMIT
+    signer: ActiveSigner,
+    now: datetime,
+    *,
+    outcome: Outcome = Outcome.PERMIT,
+    constraints: dict[str, Any] | None = None,
+    single_use: bool = False,
 ) -> dict[str, Any]:
     request = parse_execute_request({"surface": "deploy.production", "actor": "release-bot"}, None)
     decision = Decision(
@@ -30,6 +35,8 @@ def make_receipt(
         None if outcome is Outcome.PERMIT else "SERVICE_POLICY_DENIED",
         None if outcome is Outcome.PERMIT else "denied",
         600 if outcome is Outcome.PERMIT else None,
+        constraints=constraints,
+        single_use=single_use,
     )
     unsigned = build_receipt(
         receipt_id=new_receipt_id(),
@@ -58,6 +65,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "permit": make_receipt(signer, now),
         "deny": make_receipt(signer, now, outcome=Outcome.DENY),
         "expired": make_receipt(signer, now - timedelta(hours=1)),
+        "bound": make_receipt(signer, now, constraints={"max_amount": 500}, single_use=True),
     }.items():
         paths[name] = tmp_path / f"{name}.json"
         paths[name].write_text(json.dumps(receipt))
@@ -170,3 +178,17 @@ def test_json_output_reports_the_verdict(files: dict[str, Path]) -> None:
     assert verdict["status"] == "EXPIRED"
     assert verdict["authentic"] is True
     assert verdict["expired"] is True
+
+
+def test_json_output_reports_the_bound_grant(files: dict[str, Path]) -> None:
+    result = run(str(files["bound"]), "--keys", str(files["keys"]), "--json")
+    verdict = json.loads(result.output)
+    assert result.exit_code == 0, result.output
+    assert verdict["constraints"] == {"max_amount": 500}
+    assert verdict["single_use"] is True
+
+
+def test_json_output_omits_grant_keys_when_the_receipt_has_none(files: dict[str, Path]) -> None:
+    verdict = json.loads(run(str(files["permit"]), "--keys", str(files["keys"]), "--json").output)
+    assert "constraints" not in verdict
+    assert "single_use" not in verdict

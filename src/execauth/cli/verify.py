@@ -112,22 +112,26 @@ def verify(
     ok = status == "VALID"
 
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "status": status,
-                    "authentic": verdict.authentic,
-                    "reason": verdict.reason,
-                    "detail": detail,
-                    "decision": verdict.decision,
-                    "key_id": verdict.key_id,
-                    "expired": verdict.expired,
-                    "approval_id": verdict.approval_id,
-                    "approvers": list(verdict.approvers),
-                    "mismatches": mismatches,
-                }
-            )
-        )
+        out: dict[str, Any] = {
+            "status": status,
+            "authentic": verdict.authentic,
+            "reason": verdict.reason,
+            "detail": detail,
+            "decision": verdict.decision,
+            "key_id": verdict.key_id,
+            "expired": verdict.expired,
+            "approval_id": verdict.approval_id,
+            "approvers": list(verdict.approvers),
+            "mismatches": mismatches,
+        }
+        # The bound grant, as the receipt states it (docs/receipts.md, "Constraints"); taken
+        # from the verdict, which carries it only for an authentic receipt, so a script
+        # never acts on constraints nobody signed. Absent keys mean "no such term".
+        if verdict.constraints is not None:
+            out["constraints"] = dict(verdict.constraints)
+        if verdict.single_use:
+            out["single_use"] = True
+        typer.echo(json.dumps(out))
     else:
         receipt_id = receipt.get("receipt_id", "?") if isinstance(receipt, dict) else "?"
         what = f"{verdict.decision or '?'} receipt {receipt_id}"
