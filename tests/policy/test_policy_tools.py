@@ -94,3 +94,39 @@ def test_policy_eval_exits_2_on_a_bad_now(tmp_path: Path) -> None:
     request = tmp_path / "request.yaml"
     request.write_text("surface: a.b\n")
     assert _run("eval", str(COOKBOOK), "--request", str(request), "--now", "noon").exit_code == 2
+
+
+GRANT_POLICY = """\
+surfaces:
+  - match: payments.transfer
+    rules:
+      - id: small-transfers
+        permit: payload.amount <= 500
+        constraints: {max_amount: {cel: payload.amount}, currency: EUR}
+        single_use: true
+"""
+
+
+def _eval_explain(tmp_path: Path, amount: int) -> Result:
+    (tmp_path / "payments.yaml").write_text(GRANT_POLICY)
+    request = tmp_path / "request.yaml"
+    request.write_text(f"surface: payments.transfer\npayload: {{amount: {amount}}}\n")
+    policy = str(tmp_path / "payments.yaml")
+    return _run("eval", policy, "--request", str(request), "--explain")
+
+
+def test_policy_eval_text_explanation_shows_the_grant_of_a_permit(tmp_path: Path) -> None:
+    result = _eval_explain(tmp_path, 120)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("PERMIT")
+    assert (
+        'grant constraints {"currency": "EUR", "max_amount": 120}; '
+        "single use (consume before acting)" in result.output
+    )
+
+
+def test_policy_eval_text_explanation_of_a_deny_has_no_grant(tmp_path: Path) -> None:
+    result = _eval_explain(tmp_path, 9000)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("DENY")
+    assert "grant" not in result.output

@@ -260,3 +260,16 @@ def _print_explanation(console: Console, explanation: Explanation, now: Any) -> 
     for rule_id in answer["not_evaluated"]:
         console.print(f"  {'':6} {escape(rule_id)}: [dim]not evaluated[/]")
     console.print(f"[bold]why[/] {escape(explanation.why)} → {_decision_text(explanation.outcome)}")
+    if explanation.outcome in ("PERMIT", "ESCALATE"):
+        # The terms the executor must keep travel with the yes; --json always has them.
+        console.print(f"[bold]grant[/] {escape(_grant_text(answer))}")
+
+
+def _grant_text(answer: dict[str, Any]) -> str:
+    parts = []
+    if answer["constraints"] is not None:
+        constraints = json.dumps(answer["constraints"], sort_keys=True, ensure_ascii=False)
+        parts.append(f"constraints {constraints}")
+    if answer["single_use"]:
+        parts.append("single use (consume before acting)")
+    return "; ".join(parts) or "none (no constraints, not single use)"
