@@ -10,8 +10,11 @@ receipt, so the sequencer puts it in the org's log and streaming delivers it) â€
 committed together or not at all. So a quorum issues exactly one PERMIT, and nothing
 acknowledged is lost.
 
-Expiry is settled lazily: the first read, repeat or vote at or after ``expires_at``
-issues the expiry receipt (docs/decisions.md, 2026-11-24).
+Expiry is settled by whichever comes first after ``expires_at``: a read, a repeat or a
+vote of this approval, or the background sweep (``execauth.approval_sweep``), which
+settles approvals nobody looks at again. All of them go through ``settle``, under the
+same lock, so exactly one expiry receipt is issued (docs/decisions.md, "Approval events
+and the expiry sweep").
 """
 
 from __future__ import annotations
