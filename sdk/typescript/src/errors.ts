@@ -1,8 +1,8 @@
 /**
  * The one error hierarchy of the client.
  *
- * Wire errors (spec §7) become `ExecauthError` subclasses chosen by their wire `code`,
- * whichever profile rendered them (A: `{"error": code, "message", "request_id"}`,
+ * Wire errors (docs/api.md, "Errors") become `ExecauthError` subclasses chosen by their
+ * wire `code`, whichever profile rendered them (A: `{"error": code, "message", "request_id"}`,
  * B: `{"error": {"code", "message", "request_id"}}`). Failures on the client's side of
  * the wire and refusals of `requirePermit` have their own subclasses:
  *

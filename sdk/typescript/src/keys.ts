@@ -1,5 +1,5 @@
 /**
- * Key lists (`GET /.well-known/service-keys.json`, DESIGN.md §2) parsed into keys a
+ * Key lists (`GET /.well-known/service-keys.json`, docs/receipts.md) parsed into keys a
  * verifier can trust.
  *
  * Entries are read leniently but never trusted blindly, exactly as the reference

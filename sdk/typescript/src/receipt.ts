@@ -1,4 +1,4 @@
-/** Receipt shapes (DESIGN.md §2, docs/receipts.md) and the signing payload. */
+/** Receipt shapes (docs/receipts.md) and the signing payload. */
 import { createHash } from "node:crypto";
 
 import { canonicalizeToBytes } from "./jcs.js";

@@ -308,7 +308,7 @@ describe("retries", () => {
     assert.equal(backoffDelayMs(policy, 9, () => 0.9, 0.5), 500);
   });
 
-  test("500 internal_error is retried (spec §7: the request should be retried)", async () => {
+  test("500 internal_error is retried (docs/api.md: retrying with the same key is safe)", async () => {
     const { fetch, calls } = scriptedFetch(flatError(500, "internal_error"));
     await assert.rejects(client(fetch, { maxRetries: 1 }).client.authorize({ surface: "a.b" }), InternalServerError);
     assert.equal(calls.length, 2);

@@ -1,5 +1,5 @@
 // Test helpers: an in-memory signer that issues receipts the way the server does
-// (DESIGN.md §2), and a scripted fetch.
+// (docs/receipts.md), and a scripted fetch.
 import { createHash, generateKeyPairSync, sign } from "node:crypto";
 
 import { canonicalizeToBytes, keyIdFor } from "../dist/index.js";
