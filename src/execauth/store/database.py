@@ -7,6 +7,7 @@ import dataclasses
 import fcntl
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -104,6 +105,11 @@ class WriterLock:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._fd: int | None = None
+        # flock belongs to the open file, not to the thread: two threads of this process
+        # sharing ``_fd`` would both "hold" it, and a second LOCK_EX on a held file is a
+        # non-atomic conversion (the lock is dropped, then requested again) that has
+        # left every waiter blocked. So threads take turns here first.
+        self._threads = threading.Lock()
 
     @classmethod
     def for_engine(cls, engine: Engine) -> WriterLock:
@@ -119,13 +125,14 @@ class WriterLock:
         if self.path is None:
             yield
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks without the GIL
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with self._threads:  # blocks without the GIL
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks without the GIL
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self._fd is not None:
