@@ -190,6 +190,26 @@ export async function verifyReceipt(receipt, keys, { now, issuer = null } = {}) 
   if (decision === "ESCALATE" && typeof receipt.approval_id !== "string") {
     return fail("malformed_receipt", "ESCALATE receipt has no approval_id");
   }
+  // The same checks of the signed grant and approvers as the SDKs' verifiers make.
+  const approvers = receipt.approvers;
+  if (
+    approvers !== undefined && approvers !== null &&
+    (!Array.isArray(approvers) ||
+      approvers.some((a) => typeof a !== "object" || a === null || typeof a.key_id !== "string"))
+  ) {
+    return fail("malformed_receipt", "approvers is not a list of {key_id, ...} objects");
+  }
+  const constraints = receipt.constraints;
+  if (
+    "constraints" in receipt &&
+    (typeof constraints !== "object" || constraints === null || Array.isArray(constraints) ||
+      Object.keys(constraints).length === 0)
+  ) {
+    return fail("malformed_receipt", "constraints is not a non-empty JSON object");
+  }
+  if ("single_use" in receipt && receipt.single_use !== true) {
+    return fail("malformed_receipt", "single_use is present but not true");
+  }
   const detail = "signature valid" + (expired ? "; PERMIT has expired" : "");
   return verdict(true, "valid", detail, { ...extra, expired, payload, digest });
 }
