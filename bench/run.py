@@ -58,6 +58,7 @@ WRK_DIR = BENCH / "wrk"
 CERBOS_BIN = BENCH / ".cerbos/node_modules/@cerbos/cerbos-linux-x64/cerbos-linux-x64"
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 JSON_MARK = "BENCH_JSON "
+EXTRA_SETTINGS: dict[str, str] = {}
 
 # The bench plan: no monthly quota, a per-minute limit far above what two cores can
 # serve, so the limiter runs on every request without ever refusing one.
@@ -185,6 +186,7 @@ def execauth_server(
         EXECAUTH_ISSUER=joining.private["issuer"] if joining else f"http://127.0.0.1:{port}",
     )
     env = {k: v for k, v in env.items() if not k.startswith("OTEL_")} | (otel or {})
+    env |= EXTRA_SETTINGS  # --set NAME=VALUE: a setting to try (recorded in the JSON)
     argv = [
         str(BIN / "execauth"),
         "serve",
@@ -751,6 +753,13 @@ def main() -> int:
         help="also run execauth with OpenTelemetry traces exported over OTLP/HTTP to a local "
         "sink (target execauth-traced), to measure what tracing costs",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="EXECAUTH_NAME=VALUE",
+        help="an execauth setting for every execauth target, e.g. EXECAUTH_DECISION_LOG=off",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
         "--capacity",
@@ -764,6 +773,11 @@ def main() -> int:
         from capacity import run_capacity  # bench/capacity.py, beside this file
 
         return run_capacity(args.duration, args.warmup, args.workers, args.connections)
+    for setting in args.set:
+        name, sep, value = setting.partition("=")
+        if not sep or not name.startswith("EXECAUTH_"):
+            parser.error(f"--set takes EXECAUTH_NAME=VALUE, not {setting!r}")
+        EXTRA_SETTINGS[name] = value
     targets = {t.strip() for t in args.targets.split(",") if t.strip()}
     if shutil.which("wrk") is None and targets:
         log("wrk is not installed: apt-get install -y wrk")
@@ -840,6 +854,7 @@ def main() -> int:
             "duration_s": load.duration,
             "warmup_s": load.warmup,
         },
+        "settings": EXTRA_SETTINGS,
         "machine": machine(),
         "results": rows,
         "ratios": ratios(rows),
@@ -910,4 +925,7 @@ def run_micro() -> int:
 
 
 if __name__ == "__main__":
+    # bench/scenarios.py and bench/capacity.py import this file as ``run``: let them share
+    # this module (and its --set settings) rather than load a second copy.
+    sys.modules.setdefault("run", sys.modules[__name__])
     sys.exit(main())
