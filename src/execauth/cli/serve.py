@@ -22,7 +22,7 @@ from execauth.api.server_limits import LimitedConfig, ServerLimits
 from execauth.config import Settings, serving_processes
 from execauth.observability.logs import logging_config, name_process, setup_logging
 from execauth.observability.metrics import MULTIPROCESS_DIR_VARIABLE
-from execauth.serving.runtime import bootstrap, prepare
+from execauth.serving.runtime import bootstrap, freeze_startup_objects, prepare
 from execauth.serving.worker import (
     SHARED_GENERATION_VARIABLE,
     SURFACES_VARIABLE,
@@ -77,8 +77,10 @@ def serve(
     if settings.workers == 1:
         runtime = bootstrap(settings)
         _show_admin_token(runtime.generated_admin_token)
+        app = create_app(runtime, surfaces=chosen)
+        freeze_startup_objects()
         _run_uvicorn(
-            create_app(runtime, surfaces=chosen),
+            app,
             *listen,
             settings=settings,
             forwarded_allow_ips=proxies,

@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from execauth.api.app import SURFACES, create_app
 from execauth.config import Settings
 from execauth.observability.logs import claim_worker_slot, name_process
-from execauth.serving.runtime import open_runtime
+from execauth.serving.runtime import freeze_startup_objects, open_runtime
 from execauth.serving.shared_generation import SharedGeneration
 
 SURFACES_VARIABLE = "EXECAUTH_SERVE_SURFACES"
@@ -39,4 +39,6 @@ def worker_app() -> Starlette:
     chosen = os.environ.get(SURFACES_VARIABLE, ",".join(SURFACES)).split(",")
     runtime = open_runtime(settings, writer_socket=os.environ[WRITER_SOCKET_VARIABLE])
     shared = SharedGeneration(os.environ[SHARED_GENERATION_VARIABLE])
-    return create_app(runtime, surfaces=tuple(chosen), shared_generation=shared)
+    app = create_app(runtime, surfaces=tuple(chosen), shared_generation=shared)
+    freeze_startup_objects()
+    return app

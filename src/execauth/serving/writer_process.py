@@ -36,7 +36,7 @@ from execauth.observability.logs import name_process, setup_logging
 from execauth.observability.metrics import Metrics
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import WriterServer
-from execauth.serving.runtime import open_stores
+from execauth.serving.runtime import freeze_startup_objects, open_stores
 from execauth.serving.write_path import build_write_path
 from execauth.store.signing_keys import SigningKeyStore
 
@@ -61,6 +61,7 @@ def run_writer_process(socket_path: str) -> None:
     writer = write_path.local
     write_path.start()
     write_path.start_log_keeping()
+    freeze_startup_objects()
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
         uvloop.run(
