@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -115,3 +117,42 @@ def provision_org(url: str, admin_token: str, *, plan: str = "free") -> tuple[st
     )
     assert published.status_code == 201, published.text
     return org_id, key.json()["key_id"], key.json()["api_key"]
+
+
+@dataclass(frozen=True)
+class ServedOrg:
+    """A first-start ``execauth serve`` with one org, its keys and a published policy."""
+
+    url: str
+    org_id: str
+    execute_key: str
+    admin_key: str  # an org ``admin`` API key
+    admin_token: str  # the platform admin token the first start printed
+
+
+@contextmanager
+def served_org(
+    workdir: Path, policy: str, *, admin_key_name: str = "ops-admin"
+) -> Iterator[ServedOrg]:
+    """Start the service on a fresh SQLite file in ``workdir``, as a new user does, and set up
+    the org "Acme" with an ``execute`` key, an ``admin`` key and ``policy`` as ``deploys``."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = clean_env(
+        EXECAUTH_DATABASE_URL=f"sqlite:///{workdir / 'execauth.db'}", EXECAUTH_ISSUER=url
+    )
+    with running_service(env, workdir, port):
+        token = re.search(r"service_admin_[A-Za-z0-9_-]+", (workdir / "serve.log").read_text())
+        assert token, "first start prints the admin token"
+        admin = {"Authorization": f"Bearer {token.group(0)}"}
+        org = httpx.post(url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin)
+        org_id = org.json()["org_id"]
+        keys = url + f"/console/v1/orgs/{org_id}/keys"
+        execute_key = httpx.post(keys, json={"name": "ci"}, headers=admin).json()["api_key"]
+        named = {"name": admin_key_name, "role": "admin"}
+        admin_key = httpx.post(keys, json=named, headers=admin).json()["api_key"]
+        published = httpx.put(
+            url + f"/console/v1/orgs/{org_id}/policies/deploys", content=policy, headers=admin
+        )
+        assert published.status_code == 201, published.text
+        yield ServedOrg(url, org_id, execute_key, admin_key, token.group(0))

@@ -9,7 +9,6 @@ it). Screenshots go to ``$EXECAUTH_SCREENSHOT_DIR`` when set, else to a temporar
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 import pytest
 
 from tests.approvals.conftest import ESCALATE_POLICY
-from tests.serving import clean_env, free_port, running_service
+from tests.serving import served_org
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = Path("/usr/bin/chromium")
@@ -57,30 +56,10 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    policy = ESCALATE_POLICY.replace("QUORUM", "1")
     workdir = tmp_path_factory.mktemp("approvals-web")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = clean_env(
-        EXECAUTH_DATABASE_URL=f"sqlite:///{workdir / 'execauth.db'}",
-        EXECAUTH_ISSUER=url,
-    )
-    with running_service(env, workdir, port):
-        token = re.search(r"service_admin_[A-Za-z0-9_-]+", (workdir / "serve.log").read_text())
-        assert token, "first start prints the admin token"
-        admin = {"Authorization": f"Bearer {token.group(0)}"}
-        org = httpx.post(url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin)
-        org_id = org.json()["org_id"]
-        keys = url + f"/console/v1/orgs/{org_id}/keys"
-        execute_key = httpx.post(keys, json={"name": "ci"}, headers=admin).json()["api_key"]
-        alice = httpx.post(keys, json={"name": "alice", "role": "admin"}, headers=admin)
-        admin_key = alice.json()["api_key"]
-        policy = httpx.put(
-            url + f"/console/v1/orgs/{org_id}/policies/deploys",
-            content=ESCALATE_POLICY.replace("QUORUM", "1"),
-            headers=admin,
-        )
-        assert policy.status_code == 201, policy.text
-        yield Site(url, execute_key, admin_key)
+    with served_org(workdir, policy, admin_key_name="alice") as served:
+        yield Site(served.url, served.execute_key, served.admin_key)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import DEPLOY_POLICY
-from tests.serving import clean_env, free_port, running_service
+from tests.serving import served_org
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = Path("/usr/bin/chromium")
@@ -57,32 +57,10 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    workdir = tmp_path_factory.mktemp("web")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = clean_env(
-        EXECAUTH_DATABASE_URL=f"sqlite:///{workdir / 'execauth.db'}",
-        EXECAUTH_ISSUER=url,
-    )
-    with running_service(env, workdir, port):
-        token = re.search(r"service_admin_[A-Za-z0-9_-]+", (workdir / "serve.log").read_text())
-        assert token, "first start prints the admin token"
-        admin = {"Authorization": f"Bearer {token.group(0)}"}
-        org_id = httpx.post(url + "/console/v1/orgs", json={"name": "Acme"}, headers=admin).json()[
-            "org_id"
-        ]
-        keys = url + f"/console/v1/orgs/{org_id}/keys"
-        execute_key = httpx.post(keys, json={"name": "ci"}, headers=admin).json()["api_key"]
-        admin_key = httpx.post(
-            keys, json={"name": "ops-admin", "role": "admin"}, headers=admin
-        ).json()["api_key"]
-        policy = httpx.put(
-            url + f"/console/v1/orgs/{org_id}/policies/deploys",
-            content=DEPLOY_POLICY,
-            headers=admin,
+    with served_org(tmp_path_factory.mktemp("web"), DEPLOY_POLICY) as served:
+        yield Site(
+            served.url, served.org_id, served.execute_key, served.admin_key, served.admin_token
         )
-        assert policy.status_code == 201
-        yield Site(url, org_id, execute_key, admin_key, token.group(0))
 
 
 @pytest.fixture(scope="module")
