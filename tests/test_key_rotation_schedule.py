@@ -194,7 +194,7 @@ def test_rotating_by_hand_during_the_overlap_supersedes_the_scheduled_successor(
     runtime.follow_signing_keys(first.created_at + timedelta(days=83))
     at = first.created_at + timedelta(days=84)
     manual = generate_signing_key(runtime.secret, at)
-    runtime.signing_keys.rotate(manual, at + ROTATION_OVERLAP, "test")
+    runtime.signing_keys.rotate(manual, at + ROTATION_OVERLAP, "test", now=at)
     runtime.keyring.refresh(at)
     assert runtime.keyring.signer(first.created_at + timedelta(days=90)).key_id == manual.key_id
     assert due_rotation(runtime.keyring.records, at + timedelta(days=82), SCHEDULE) is None

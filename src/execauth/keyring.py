@@ -40,6 +40,19 @@ KEY_LIST_CACHE_TTL = 3600
 ROTATION_OVERLAP = timedelta(seconds=60)
 
 
+def publication_lead(refresh_interval_seconds: float) -> timedelta:
+    """How long before its first signature a key rotated by hand is published.
+
+    Each instance (and each worker process) re-reads the key table once per refresh
+    interval and serves the key list it last read. Were a new key to sign on the first
+    process that read it, a client refetching the list from a process that had not yet
+    read it would call a genuine receipt ``unknown_key``. Two intervals: one for every
+    process to read the table, one for a slow refresh or clocks that differ a little
+    between machines. The same rule as scheduled rotation: published, then signing.
+    """
+    return timedelta(seconds=2 * refresh_interval_seconds)
+
+
 def choose_signing_key(
     records: Iterable[SigningKeyRecord], now: datetime
 ) -> SigningKeyRecord | None:

@@ -73,7 +73,7 @@ async def test_rotation_publishes_both_keys_and_signs_with_the_new_one(
     old_receipt = (await client.post("/v1/execute", json=body, headers=tenant.auth)).json()
     now = datetime.now(UTC)
     new_key = generate_signing_key(runtime.secret, now)
-    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP, "test")
+    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP, "test", now=now)
     runtime.keyring.refresh(datetime.now(UTC))
     new_receipt = (await client.post("/v1/execute", json=body, headers=tenant.auth)).json()
     assert new_receipt["key_id"] == new_key.key_id
@@ -95,7 +95,7 @@ async def test_key_past_its_retirement_is_listed_active_with_its_end_as_expires_
     # refuse the whole list because one key's window has ended.
     now = truncate_to_millis(datetime.now(UTC))
     (old,) = runtime.keyring.records
-    runtime.signing_keys.rotate(generate_signing_key(runtime.secret, now), now, "test")
+    runtime.signing_keys.rotate(generate_signing_key(runtime.secret, now), now, "test", now=now)
     runtime.keyring.refresh(now + timedelta(seconds=1))
     listed = {
         k["key_id"]: k for k in (await client.get("/.well-known/service-keys.json")).json()["keys"]

@@ -498,7 +498,10 @@ async def test_key_lists_after_rotation_and_revocation_match_their_schemas(
     now = datetime.now(UTC)
     (old,) = runtime.keyring.records
     runtime.signing_keys.rotate(
-        generate_signing_key(runtime.secret, now), now + ROTATION_OVERLAP, actor="openapi-test"
+        generate_signing_key(runtime.secret, now),
+        now + ROTATION_OVERLAP,
+        actor="openapi-test",
+        now=now,
     )
     runtime.signing_keys.insert_key(generate_signing_key(runtime.secret, now))
     runtime.signing_keys.revoke(old.key_id, now, actor="openapi-test")

@@ -88,7 +88,7 @@ async def test_signing_key_rotation_is_visible_to_every_org(
 ) -> None:
     now = datetime.now(UTC)
     new_key = generate_signing_key(runtime.secret, now)
-    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP, "cli:ops")
+    runtime.signing_keys.rotate(new_key, now + ROTATION_OVERLAP, "cli:ops", now=now)
     (latest, *_) = await trail(client, ops.auditor)
     assert (latest["action"], latest["actor"], latest["org_id"]) == (
         "signing_key.rotated",

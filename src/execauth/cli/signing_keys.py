@@ -21,6 +21,7 @@ from execauth.keyring import (
     generate_signing_key,
     key_list_entry,
     needs_replacement,
+    publication_lead,
 )
 from execauth.serving.runtime import open_stores
 from execauth.store.signing_keys import SigningKeyStore
@@ -57,11 +58,14 @@ def rotate() -> None:
     secret, engine = open_stores(settings, migrate=True)
     store = SigningKeyStore(engine)
     now = datetime.now(UTC)
-    new_key = generate_signing_key(secret, now)
-    retired = store.rotate(new_key, now + ROTATION_OVERLAP, cli_actor())
-    typer.echo(f"new signing key {new_key.key_id}")
+    # Published now, signing a little later: by then every running process lists it.
+    signs_from = now + publication_lead(settings.refresh_interval_seconds)
+    new_key = generate_signing_key(secret, signs_from)
+    retire_at = new_key.created_at + ROTATION_OVERLAP
+    retired = store.rotate(new_key, retire_at, cli_actor(), now=now)
+    typer.echo(f"new signing key {new_key.key_id} signs from {new_key.created_at.isoformat()}")
     for key_id in retired:
-        typer.echo(f"retiring {key_id} at {(now + ROTATION_OVERLAP).isoformat()}")
+        typer.echo(f"retiring {key_id} at {retire_at.isoformat()}")
 
 
 @app.command("revoke")

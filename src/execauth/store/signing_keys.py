@@ -29,8 +29,13 @@ class SigningKeyStore:
             conn.execute(insert(signing_keys).values(**_values(record)))
             append_audit(conn, *audit)
 
-    def rotate(self, new_key: SigningKeyRecord, retire_at: datetime, actor: str) -> list[str]:
-        """Add ``new_key`` and schedule every active key's retirement, in one transaction."""
+    def rotate(
+        self, new_key: SigningKeyRecord, retire_at: datetime, actor: str, *, now: datetime
+    ) -> list[str]:
+        """Add ``new_key`` and schedule every active key's retirement, in one transaction.
+
+        ``new_key.created_at`` may lie ahead of ``now``: the key is published before it signs.
+        """
         retire_at = truncate_to_millis(retire_at)
         with self.engine.begin() as conn:
             active = (
@@ -52,11 +57,15 @@ class SigningKeyStore:
                 conn,
                 AuditEvent(
                     None,
-                    new_key.created_at,
+                    now,
                     actor,
                     "signing_key.rotated",
                     new_key.key_id,
-                    {"retiring": list(active), "retire_at": retire_at.isoformat()},
+                    {
+                        "retiring": list(active),
+                        "retire_at": retire_at.isoformat(),
+                        "signs_from": new_key.created_at.isoformat(),
+                    },
                 ),
             )
         return list(active)
