@@ -459,6 +459,19 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds of ``pid`` and each descendant on its own, by process title (``ps``'s
+    ``args``: ``execauth: writer``, ``execauth: gateway 1/2``; docs/observability.md)."""
+    own = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
+    seconds = {f"{name} [{pid}]": (int(own[11]) + int(own[12])) / os.sysconf("SC_CLK_TCK")}
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError):  # a child that ended meanwhile
+            seconds.update(cpu_by_process(child))
+    return seconds
+
+
 def child_pids(pid: int) -> list[int]:
     children: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -473,8 +486,13 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         run_wrk(server.url, script, load, load.warmup, env_extra)
     log(f"{server.name}: wrk -t{load.threads} -c{load.connections} -d{load.duration}s")
     cpu_before = cpu_seconds(server.process.pid)
+    by_process_before = cpu_by_process(server.process.pid)
     raw = run_wrk(server.url, script, load, load.duration, env_extra)
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
+    by_process = {
+        name: seconds - by_process_before.get(name, 0.0)
+        for name, seconds in cpu_by_process(server.process.pid).items()
+    }
     errors = raw["errors"]
     lat = raw["latency_us"]
     row = {
@@ -489,6 +507,12 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         "max_ms": lat["max"] / 1000,
         "server_cpu_percent": 100 * cpu_used / (raw["duration_us"] / 1e6),
         "server_cpu_us_per_request": 1e6 * cpu_used / max(raw["requests"], 1),
+        # Where the CPU went: the writer process against the gateways (serve --workers N).
+        "server_cpu_us_per_request_by_process": {
+            name: round(1e6 * seconds / max(raw["requests"], 1), 1)
+            for name, seconds in sorted(by_process.items())
+            if seconds > 0
+        },
         "non_2xx": errors["status"],
         "socket_errors": errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
         "wrk": raw,
@@ -497,6 +521,11 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
     log(
         f"{server.name}: {row['rps']:,.0f} req/s, p50 {row['p50_ms']:.2f} ms, "
         f"p99 {row['p99_ms']:.2f} ms, errors {row['errors']}"
+    )
+    split = row["server_cpu_us_per_request_by_process"]
+    log(
+        f"{server.name}: CPU µs per request by process: "
+        + ", ".join(f"{name} {us:.0f}" for name, us in split.items())
     )
     return row
 
