@@ -45,6 +45,7 @@ from execauth.policy.decision import (
 )
 from execauth.policy.document import ConstraintSpec, PolicyDocument, RuleSpec
 from execauth.policy.names import VARIABLES, closest, unknown_names
+from execauth.policy.rule_index import RuleIndex
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
 # The CEL standard functions we document and test (docs/policy-language.md). A
@@ -103,6 +104,7 @@ class CompiledBlock:
     require_paths: tuple[tuple[str, tuple[str, ...]], ...] = field(init=False, compare=False)
     unused_variables: frozenset[str] = field(init=False, compare=False)  # read by no rule
     free_up_to: float = field(init=False, compare=False)  # the least ExpressionCost.free_up_to
+    index: RuleIndex[CompiledRule] = field(init=False, compare=False)  # rules a request skips
 
     def __post_init__(self) -> None:
         # A computed constraint reads the request and costs steps like a condition.
@@ -113,6 +115,7 @@ class CompiledBlock:
         object.__setattr__(self, "require_paths", tuple((".".join(p), p) for p in self.require))
         object.__setattr__(self, "unused_variables", frozenset(VARIABLES) - used)
         object.__setattr__(self, "free_up_to", free)
+        object.__setattr__(self, "index", RuleIndex(self.rules, [r.source for r in self.rules]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +334,9 @@ def evaluate(
 
     ``trace(...).decision``, without recording the steps. A request small enough that no
     rule's cost bound can exceed the limit (``CompiledBlock.free_up_to``) runs the rules
-    directly; any other is handed to ``trace``'s loop, which checks each rule's bound.
+    directly, less those its values certainly make false (``policy.rule_index``: each is
+    false without an error, so skipping it changes nothing); any other is handed to
+    ``trace``'s loop, which checks each rule's bound and runs every rule.
     """
     for path, keys in block.require_paths:
         if not _present(request, keys):
@@ -343,10 +348,13 @@ def evaluate(
         size = measure_input({**request, "org": org})
         if max(size.total, size.chars) > block.free_up_to:
             return _run_rules(block, (), activation, size).decision
+    rules = block.rules
+    if block.index.paths and (excluded := block.index.excluded(request, org)):
+        rules = block.index.runnable(excluded)
     permits: list[CompiledRule] = []
     denies: list[CompiledRule] = []
     escalates: list[CompiledRule] = []
-    for rule in block.rules:
+    for rule in rules:
         try:
             value = rule.program.execute(activation)
         except Exception as exc:  # noqa: BLE001 - as in _run: any failure is SILENCE

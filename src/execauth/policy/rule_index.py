@@ -1,0 +1,191 @@
+"""Which rules of a block a request certainly cannot match, known before any of them runs.
+
+A rule whose condition is a chain of ``&&`` at its top level (``context.branch == "main"
+&& …``) is false whenever one of those conjuncts is false, whatever the others do: CEL's
+``&&`` absorbs errors and non-boolean operands (``false && x`` and ``x && false`` are
+``false`` for any ``x``; docs/policy-language.md, "Evaluation"). A conjunct
+``path == literal`` is certainly false when the request holds, at that path, a value of
+the literal's own CEL type that differs from it; ``path != literal`` when it holds the
+literal itself. Such a rule evaluates to ``false`` with no error, so ``engine.evaluate``
+need not run it: skipping it changes no outcome, rule, reason or message, and the order
+of the rules that do run is kept.
+
+Only what is certain is skipped. The value is read as the activation holds it: the
+path must lead through plain ``dict`` s to a ``str`` (a CEL string), an ``int`` within
+64 bits (a CEL int) or a ``bool`` (a CEL bool), the types ``cel.Context`` converts to
+exactly those (the ``cel`` package, 0.10, ``RustyPyType::try_into_value``; a string that
+looks like a number stays a string). A missing path, a null, another type (``1.0``
+against ``1``, ``"1"`` against ``1``), a ``str`` or ``dict`` subclass, or a literal this
+module cannot be sure it reads as the ``cel`` compiler does (a string written with a
+backslash escape), and the rule runs. Pure; built once per block at compile time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from execauth.policy.cel_syntax import CelSyntaxError, Node, parse
+
+# The variables whose values come straight from the request (or the org's facts); ``now``
+# is a timestamp and never compared here.
+_ROOTS = frozenset({"surface", "action", "actor", "context", "payload", "org"})
+_INT_MIN, _INT_END = -(2**63), 2**63  # a CEL int is an i64; a larger Python int is a uint
+# Distinct request shapes remembered per block, each with the rules left to run: enough
+# for the few values a block's indexed paths take in practice, bounded for any traffic.
+_MAX_PLANS = 64
+
+Literal: TypeAlias = tuple[str, str | int | bool]  # (CEL type, value): ("int", 1) != ("bool", True)
+Rule = TypeVar("Rule")
+
+
+@dataclass(frozen=True, slots=True)
+class Conjunct:
+    """One ``path == literal`` or ``path != literal`` at the top of a rule's ``&&`` chain."""
+
+    root: str
+    keys: tuple[str, ...]
+    equal: bool  # ``==``; else ``!=``
+    literal: Literal
+
+
+def conjuncts(source: str) -> list[Conjunct]:
+    """The indexable conjuncts of ``source``; none when it cannot be read with certainty."""
+    try:
+        tree = parse(source)
+    except CelSyntaxError:
+        return []
+    found: list[Conjunct] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if node.kind == "binary" and node.name == "&&":
+            pending.extend(node.children)
+        elif node.kind == "binary" and node.name in ("==", "!="):
+            conjunct = _comparison(node, escapes="\\" in source)
+            if conjunct is not None:
+                found.append(conjunct)
+    return found
+
+
+def _comparison(node: Node, *, escapes: bool) -> Conjunct | None:
+    left, right = node.children
+    if left.kind == "literal":
+        left, right = right, left
+    path = _path(left)
+    literal = _literal(right, escapes=escapes)
+    if path is None or literal is None:
+        return None
+    return Conjunct(path[0], path[1:], node.name == "==", literal)
+
+
+def _path(node: Node) -> tuple[str, ...] | None:
+    """``("context", "branch")`` for ``context.branch``; None for anything else."""
+    names: list[str] = []
+    while node.kind == "select":
+        names.append(node.name)
+        node = node.children[0]
+    if node.kind != "ident" or node.name not in _ROOTS:
+        return None
+    return (node.name, *reversed(names))
+
+
+def _literal(node: Node, *, escapes: bool) -> Literal | None:
+    if node.kind != "literal":
+        return None
+    value = node.value
+    if node.name == "string" and isinstance(value, str) and not escapes:
+        return ("string", value)
+    if node.name == "int" and type(value) is int and _INT_MIN <= value < _INT_END:
+        return ("int", value)
+    if node.name == "bool" and type(value) is bool:
+        return ("bool", value)
+    return None
+
+
+def cel_literal(value: Any) -> Literal | None:
+    """``value`` as the literal it equals in the activation, when certain; else None."""
+    kind = type(value)
+    if kind is str:
+        return ("string", value)
+    if kind is bool:
+        return ("bool", value)
+    if kind is int and _INT_MIN <= value < _INT_END:
+        return ("int", value)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PathIndex:
+    """The rules testing one path, as bit masks over the block's rule positions."""
+
+    root: str
+    keys: tuple[str, ...]
+    # CEL type -> rules with a ``path == literal`` conjunct of that type
+    equal_any: dict[str, int] = field(default_factory=dict)
+    # literal -> rules with ``path == literal`` (any one of their == conjuncts)
+    equal: dict[Literal, int] = field(default_factory=dict)
+    # literal -> rules with ``path != literal``
+    unequal: dict[Literal, int] = field(default_factory=dict)
+
+    def excluded(self, value: Any) -> int:
+        """The rules certainly false when the activation holds ``value`` at this path."""
+        literal = cel_literal(value)
+        if literal is None:
+            return 0
+        differs = self.equal_any.get(literal[0], 0) & ~self.equal.get(literal, 0)
+        return differs | self.unequal.get(literal, 0)
+
+
+class RuleIndex(Generic[Rule]):
+    """A block's indexed paths, and the rules left to run for each set of skipped ones."""
+
+    __slots__ = ("_plans", "paths", "rules")
+
+    def __init__(self, rules: Sequence[Rule], sources: Sequence[str]) -> None:
+        self.rules = tuple(rules)
+        paths: dict[tuple[str, ...], PathIndex] = {}
+        for position, source in enumerate(sources):
+            bit = 1 << position
+            for conjunct in conjuncts(source):
+                path = (conjunct.root, *conjunct.keys)
+                index = paths.setdefault(path, PathIndex(conjunct.root, conjunct.keys))
+                if conjunct.equal:
+                    kind = conjunct.literal[0]
+                    index.equal_any[kind] = index.equal_any.get(kind, 0) | bit
+                    index.equal[conjunct.literal] = index.equal.get(conjunct.literal, 0) | bit
+                else:
+                    index.unequal[conjunct.literal] = index.unequal.get(conjunct.literal, 0) | bit
+        self.paths = tuple(paths.values())
+        self._plans: dict[int, tuple[Rule, ...]] = {}
+
+    def excluded(self, request: Mapping[str, Any], org: Mapping[str, Any]) -> int:
+        """The rules (a bit mask of positions) ``request`` certainly does not match.
+
+        ``request`` and ``org`` as ``engine.evaluate`` gets them: the activation holds
+        ``{**request, "now": …, "org": dict(org)}``. Anything but plain dicts on the way
+        and nothing is excluded.
+        """
+        if type(request) is not dict or type(org) is not dict:
+            return 0
+        excluded = 0
+        for path in self.paths:
+            value: Any = org if path.root == "org" else request.get(path.root)
+            for key in path.keys:
+                if type(value) is not dict:
+                    value = None
+                    break
+                value = value.get(key)
+            if value is not None:
+                excluded |= path.excluded(value)
+        return excluded
+
+    def runnable(self, excluded: int) -> tuple[Rule, ...]:
+        """The rules, in order, without those in ``excluded``."""
+        plan = self._plans.get(excluded)
+        if plan is None:
+            plan = tuple(r for i, r in enumerate(self.rules) if not excluded >> i & 1)
+            if len(self._plans) < _MAX_PLANS:
+                self._plans[excluded] = plan
+        return plan
