@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import anyio.to_thread
 from ulid import ULID
 
 from execauth.errors import (
@@ -30,6 +31,7 @@ from execauth.errors import (
     ReceiptExpired,
     ReceiptNotPermit,
 )
+from execauth.service import Clock
 from execauth.store.audit import append_audit, append_lineage
 from execauth.store.consumptions import (
     Consumption,
@@ -120,6 +122,17 @@ def consume(store: ConsumptionStore, request: ConsumeRequest, now: datetime) -> 
             details=details,
         )
     return consumption
+
+
+class ReceiptConsumption:
+    """The use case the consume route calls: ``consume`` in a worker thread at the clock's now."""
+
+    def __init__(self, store: ConsumptionStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def consume(self, request: ConsumeRequest) -> Consumption:
+        return await anyio.to_thread.run_sync(consume, self._store, request, self._clock())
 
 
 def _already(earlier: Consumption) -> ReceiptAlreadyConsumed:

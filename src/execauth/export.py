@@ -13,7 +13,7 @@ stored receipt bytes go into the JSON as they are (they are the JSON the service
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -70,6 +70,23 @@ class BundleScope:
             "X-Bundle-Tree-Size": str(self.tree_size),
             "X-Bundle-Pending": str(self.pending),
         }
+
+
+class BundleExport:
+    """The export use case: a bundle's scope as of the clock's now, then its chunks.
+
+    ``scope`` and ``chunks`` block (database reads): call them from a worker thread.
+    """
+
+    def __init__(self, runtime: Runtime, clock: Callable[[], datetime]) -> None:
+        self._runtime = runtime
+        self._clock = clock
+
+    def scope(self, org_id: str, since: datetime | None, until: datetime | None) -> BundleScope:
+        return bundle_scope(self._runtime, org_id, since, until, self._clock())
+
+    def chunks(self, scope: BundleScope) -> Iterator[bytes]:
+        return bundle_chunks(self._runtime, scope)
 
 
 def bundle_scope(

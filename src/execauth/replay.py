@@ -15,11 +15,12 @@ from typing import Any
 
 import anyio.to_thread
 
-from execauth.errors import InternalError, InvalidRequest, NotFound
+from execauth.errors import ExecauthError, InternalError, InvalidRequest, NotFound
 from execauth.pacing import Pacer
 from execauth.policy.decision import PolicyRef
 from execauth.policy.document import parse_policy_data, parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy
+from execauth.policy.explain import explain
 from execauth.policy.replay import (
     ImpactReport,
     RecordedExecution,
@@ -103,6 +104,28 @@ class ReplayService:
             "published_version": replaced,
             **report.view(),
         }
+
+    def explain(self, record: ExecutionRecord) -> tuple[dict[str, Any] | None, str | None]:
+        """Why it was decided: ``policy eval --explain``'s trace, re-run as replay runs it.
+
+        The recorded request, ``now`` and org facts under the very policy version that
+        decided (``policy.explain`` shares its steps with the server's evaluation). A
+        trace that cannot be built is said, not raised: (trace, None) or (None, why not).
+        Blocking: call it from a worker thread.
+        """
+        recorded = recorded_execution(record)
+        stored = self._runtime.control.get_policy(
+            record.org_id, record.policy_id, record.policy_version
+        )
+        if stored is None:
+            return None, f"policy {record.policy_id} v{record.policy_version} is not stored"
+        try:
+            compiled = self._service.policies.compiled(stored)
+        except ExecauthError as exc:
+            return None, exc.message
+        policies = PolicySet([compiled])
+        explanation = explain(policies, recorded.request, now=recorded.now, org=recorded.org)
+        return explanation.as_dict(), None
 
     # --- blocking parts, run in a worker thread ------------------------------
     def _replay_record(self, record: ExecutionRecord) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from execauth.observability import tracing
 from execauth.service import Clock, ExecutionService, utc_now
 from execauth.serving.runtime import Runtime
 from execauth.serving.shared_generation import SharedGeneration
+from execauth.use_cases import build_use_cases
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")
@@ -50,16 +51,36 @@ def create_app(
     ``shared_generation`` (``serve --workers N``) tells sibling workers about key and
     policy changes at once instead of after their caches' ttl.
     """
-    service = ExecutionService(runtime, clock=clock, shared_generation=shared_generation)
+    cases = build_use_cases(runtime, clock=clock, shared_generation=shared_generation)
+    service = cases.execute
     routes: list[BaseRoute] = []
     if "gateway" in surfaces:
-        routes += gateway_routes(service)
+        routes += gateway_routes(
+            runtime, service, approvals=cases.approvals, consumption=cases.consumption
+        )
     if "console" in surfaces:
-        routes += console_routes(service)
+        routes += console_routes(
+            runtime,
+            plane=cases.control,
+            usage=cases.usage,
+            replays=cases.replay,
+            export=cases.export,
+            subscriptions=cases.subscriptions,
+            clock=cases.clock,
+        )
     if "operator" in surfaces:
-        routes += operator_routes(service)
-    routes += ledger_routes(service, surfaces)
-    routes += web_routes(service, surfaces)
+        routes += operator_routes(
+            runtime,
+            service,
+            plane=cases.control,
+            usage=cases.usage,
+            replays=cases.replay,
+            approvals=cases.approvals,
+            subscriptions=cases.subscriptions,
+            clock=cases.clock,
+        )
+    routes += ledger_routes(runtime, service, surfaces)
+    routes += web_routes(runtime, cases, surfaces)
     # Replays, exports and listings are bounded per org and per process (docs/operations.md).
     routes = guard_heavy_routes(routes, OperatorAdmission(service, admission_limits(runtime)))
     # Checked now: a bad OTEL_* value stops serve before it listens (docs/observability.md).

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from execauth.api.wire import json_response, read_json_body
+from execauth.approve import Approvals
 from execauth.errors import Forbidden, InvalidRequest, NotFound
 from execauth.policy.document import DURATION_PATTERN
 from execauth.service import ExecutionService, Principal
@@ -48,9 +49,13 @@ def wait_seconds(raw: str | None) -> float:
     return float(seconds)
 
 
-def approval_routes(service: ExecutionService, surface: str) -> list[BaseRoute]:
-    """The ``gateway`` route (the requester's view) or the ``operator`` ones."""
-    max_body = service.runtime.settings.max_body_bytes
+def approval_routes(
+    service: ExecutionService, approvals: Approvals, surface: str, max_body: int
+) -> list[BaseRoute]:
+    """The ``gateway`` route (the requester's view) or the ``operator`` ones.
+
+    ``service`` authenticates the caller; ``approvals`` reads and votes.
+    """
 
     async def caller(request: Request) -> Principal:
         return await service.authenticate(request.headers.get("authorization"))
@@ -69,7 +74,7 @@ def approval_routes(service: ExecutionService, surface: str) -> list[BaseRoute]:
         return json_response(approval.as_json())
 
     async def _own(principal: Principal, approval_id: str) -> Approval:
-        approval = await service.approval(principal.org.org_id, _checked_id(approval_id))
+        approval = await approvals.get(principal.org.org_id, _checked_id(approval_id))
         if approval.terms.requester_key_id != principal.api_key.key_id:
             # Not 403: another key of the org learns nothing about which approvals exist.
             raise NotFound("no such approval for this API key")
@@ -77,15 +82,13 @@ def approval_routes(service: ExecutionService, surface: str) -> list[BaseRoute]:
 
     async def list_pending(request: Request) -> Response:
         principal = await _reader(request)
-        org_id = principal.org.org_id
-        ids = await anyio.to_thread.run_sync(service.approvals.pending, org_id)
-        items = [(await service.approval(org_id, approval_id)).as_json() for approval_id in ids]
-        return json_response({"items": [i for i in items if i["state"] == "pending"]})
+        found = await approvals.pending(principal.org.org_id)
+        return json_response({"items": [a.as_json() for a in found if a.state == "pending"]})
 
     async def show(request: Request) -> Response:
         principal = await _reader(request)
         approval_id = _checked_id(request.path_params["approval_id"])
-        return json_response((await service.approval(principal.org.org_id, approval_id)).as_json())
+        return json_response((await approvals.get(principal.org.org_id, approval_id)).as_json())
 
     async def _reader(request: Request) -> Principal:
         principal = await caller(request)
@@ -100,14 +103,7 @@ def approval_routes(service: ExecutionService, surface: str) -> list[BaseRoute]:
             body = await read_json_body(request, max_body)
             reason, actor = _ballot_fields(body, required_reason=vote == "reject")
             ballot = Ballot(principal.api_key.key_id, principal.api_key.role, vote, actor, reason)
-            approval = await anyio.to_thread.run_sync(
-                service.approvals.vote,
-                principal.org.org_id,
-                approval_id,
-                ballot,
-                service.clock(),
-                service.issue_outcome,
-            )
+            approval = await approvals.vote(principal.org.org_id, approval_id, ballot)
             return json_response(approval.as_json())
 
         return cast

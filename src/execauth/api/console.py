@@ -24,9 +24,10 @@ from execauth.api.views import org_view
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Unauthorized
-from execauth.export import bundle_chunks, bundle_scope
+from execauth.export import BundleExport
 from execauth.replay import ReplayService
-from execauth.service import ExecutionService
+from execauth.service import Clock
+from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import PLATFORM_ADMIN
 
@@ -46,11 +47,18 @@ class OrgChanges(msgspec.Struct, forbid_unknown_fields=True):
     disabled: bool | None = None
 
 
-def console_routes(service: ExecutionService) -> list[BaseRoute]:
-    runtime = service.runtime
+def console_routes(
+    runtime: Runtime,
+    *,
+    plane: ControlPlane,
+    usage: UsageQueries,
+    replays: ReplayService,
+    export: BundleExport,
+    subscriptions: SubscriptionStore,
+    clock: Clock,
+) -> list[BaseRoute]:
+    """``runtime`` for the admin token, the settings and the read-only listings."""
     control = runtime.control
-    plane = ControlPlane(service)
-    usage = UsageQueries(service)
     max_body = runtime.settings.max_body_bytes
 
     def admin_only(handler: Handler) -> Handler:
@@ -66,11 +74,9 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         return (await plane.existing_org(request.path_params["org_id"])).org_id, PLATFORM_ADMIN
 
     keys = KeyHandlers(plane, path_org, max_body)
-    replays = ReplayHandlers(ReplayService(service), path_org)
+    replay_handlers = ReplayHandlers(replays, path_org)
     policies = PolicyHandlers(plane, control, path_org)
-    streams = SubscriptionHandlers(
-        SubscriptionStore(runtime.engine), runtime.secret, runtime.settings, path_org, service.clock
-    )
+    streams = SubscriptionHandlers(subscriptions, runtime.secret, runtime.settings, path_org, clock)
 
     async def create_org(request: Request) -> Response:
         spec = decode_as(await read_json_body(request, max_body), NewOrg)
@@ -109,12 +115,10 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         """The org's audit bundle for [since, until) (``execauth export``), streamed."""
         org_id, _ = await path_org(request)
         since, until = time_param(request, "since"), time_param(request, "until")
-        scope = await anyio.to_thread.run_sync(
-            lambda: bundle_scope(runtime, org_id, since, until, service.clock())
-        )
+        scope = await anyio.to_thread.run_sync(export.scope, org_id, since, until)
         # A sync iterator: Starlette reads each chunk in a worker thread, off the event loop,
         # and no more of the bundle than one chunk is ever in memory.
-        chunks = bundle_chunks(runtime, scope)
+        chunks = export.chunks(scope)
         return StreamingResponse(chunks, media_type="application/json", headers=scope.headers())
 
     async def platform_audit(request: Request) -> Response:
@@ -135,9 +139,13 @@ def console_routes(service: ExecutionService) -> list[BaseRoute]:
         Route(org + "/policies/{policy_id}", admin_only(policies.publish), methods=["PUT"]),
         Route(org + "/policies/{policy_id}", admin_only(policies.show), methods=["GET"]),
         Route(org + "/usage", admin_only(org_usage), methods=["GET"]),
-        Route(org + "/replay", admin_only(replays.range), methods=["POST"]),
+        Route(org + "/replay", admin_only(replay_handlers.range), methods=["POST"]),
         Route(org + "/export", admin_only(export_bundle), methods=["GET"]),
-        Route(org + "/executions/{execution_id}/replay", admin_only(replays.one), methods=["POST"]),
+        Route(
+            org + "/executions/{execution_id}/replay",
+            admin_only(replay_handlers.one),
+            methods=["POST"],
+        ),
         Route(org + "/subscriptions", admin_only(streams.list), methods=["GET"]),
         Route(org + "/subscriptions", admin_only(streams.create), methods=["POST"]),
         Route(org + "/subscriptions/{subscription_id}", admin_only(streams.show), methods=["GET"]),

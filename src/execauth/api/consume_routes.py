@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from execauth.api.wire import json_response, profile_headers, read_json_body, request_id
-from execauth.consumption import ConsumeRequest, consume
+from execauth.consumption import ConsumeRequest, ReceiptConsumption
 from execauth.errors import InvalidRequest, NotFound
 from execauth.service import ExecutionService
-from execauth.store.consumptions import ConsumptionStore
 
 MAX_ACTOR_CHARS = 256
 MAX_NOTE_CHARS = 1000
@@ -26,9 +24,9 @@ MAX_NOTE_CHARS = 1000
 MAX_RECEIPT_ID_CHARS = 64
 
 
-def consume_routes(service: ExecutionService) -> list[BaseRoute]:
-    store = ConsumptionStore(service.runtime.engine)
-    max_body = service.runtime.settings.max_body_bytes
+def consume_routes(
+    service: ExecutionService, consumption: ReceiptConsumption, max_body: int
+) -> list[BaseRoute]:
 
     async def consume_receipt(request: Request) -> Response:
         request_id(request)
@@ -41,13 +39,13 @@ def consume_routes(service: ExecutionService) -> list[BaseRoute]:
             raise NotFound("no such receipt in this organization")
         actor, note = _fields(await _optional_body(request, max_body))
         asked = ConsumeRequest(principal.api_key, receipt_id, actor, note)
-        consumption = await anyio.to_thread.run_sync(consume, store, asked, service.clock())
+        used = await consumption.consume(asked)
         headers = {
             **profile_headers(request),
             **rate_limit_headers,
             "X-Request-Id": request_id(request),
         }
-        return json_response(consumption.as_json(), 200, headers)
+        return json_response(used.as_json(), 200, headers)
 
     return [Route("/v1/receipts/{receipt_id}/consume", consume_receipt, methods=["POST"])]
 

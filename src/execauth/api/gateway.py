@@ -21,6 +21,8 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
+from execauth.approve import Approvals
+from execauth.consumption import ReceiptConsumption
 from execauth.errors import (
     ExecauthError,
     InvalidRequest,
@@ -34,6 +36,7 @@ from execauth.observability.decision_log import DecisionLog
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.verify import parse_key_list, verify_receipt
 
 # ESCALATE: 202 Accepted, the request is held for approval (docs/approvals.md).
@@ -45,8 +48,14 @@ PUBLIC_CACHE = {
 OPENAPI = files("execauth.api").joinpath("openapi.yaml")
 
 
-def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
-    runtime = service.runtime
+def gateway_routes(
+    runtime: Runtime,
+    service: ExecutionService,
+    *,
+    approvals: Approvals,
+    consumption: ReceiptConsumption,
+) -> list[BaseRoute]:
+    """``runtime`` for the key lists, health and metrics; the use cases for the rest."""
     settings = runtime.settings
     metrics = runtime.metrics
     decision_log = DecisionLog(include_request_data=settings.decision_log_context)
@@ -178,8 +187,8 @@ def gateway_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        *approval_routes(service, "gateway"),
-        *consume_routes(service),
+        *approval_routes(service, approvals, "gateway", settings.max_body_bytes),
+        *consume_routes(service, consumption, settings.max_body_bytes),
     ]
 
 

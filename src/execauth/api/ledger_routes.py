@@ -16,14 +16,19 @@ from execauth.api.pagination import MAX_BIGINT, required_query_int
 from execauth.api.wire import json_response
 from execauth.errors import InvalidRequest, NotFound
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.store.ledger import StoredCheckpoint
 
 PENDING_RETRY_SECONDS = 1
 
 
-def ledger_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseRoute]:
-    """The proof route on the gateway surface, the log routes on the operator surface."""
-    runtime = service.runtime
+def ledger_routes(
+    runtime: Runtime, service: ExecutionService, surfaces: Sequence[str]
+) -> list[BaseRoute]:
+    """The proof route on the gateway surface, the log routes on the operator surface.
+
+    ``service`` authenticates the caller; the logs are read from ``runtime``'s stores.
+    """
     logs = runtime.logs
 
     async def org_of(request: Request) -> str:

@@ -25,10 +25,12 @@ from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.subscription_routes import SubscriptionHandlers
 from execauth.api.views import execution_detail
 from execauth.api.wire import json_response
+from execauth.approve import Approvals
 from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Forbidden, NotFound
 from execauth.replay import ReplayService
-from execauth.service import ExecutionService, Principal
+from execauth.service import Clock, ExecutionService, Principal
+from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import key_actor
 
@@ -37,10 +39,18 @@ READERS = ("admin", "auditor")
 WRITERS = ("admin",)
 
 
-def operator_routes(service: ExecutionService) -> list[BaseRoute]:
-    runtime = service.runtime
-    plane = ControlPlane(service)
-    usage = UsageQueries(service)
+def operator_routes(
+    runtime: Runtime,
+    service: ExecutionService,
+    *,
+    plane: ControlPlane,
+    usage: UsageQueries,
+    replays: ReplayService,
+    approvals: Approvals,
+    subscriptions: SubscriptionStore,
+    clock: Clock,
+) -> list[BaseRoute]:
+    """``service`` authenticates the org's keys; ``runtime`` serves the read-only listings."""
 
     async def principal(request: Request, roles: tuple[str, ...]) -> Principal:
         caller = await service.authenticate(request.headers.get("authorization"))
@@ -60,20 +70,18 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
 
     readers, writers = scope(READERS), scope(WRITERS)
     max_body = runtime.settings.max_body_bytes
-    replay_service = ReplayService(service)
-    replays = ReplayHandlers(replay_service, readers)
+    replay_handlers = ReplayHandlers(replays, readers)
     # Replaying one execution appends to its lineage, a write: admin only (auditors read).
-    lineage_replays = ReplayHandlers(replay_service, writers)
+    lineage_replays = ReplayHandlers(replays, writers)
     read_keys = KeyHandlers(plane, readers, max_body)
     write_keys = KeyHandlers(plane, writers, max_body)
     read_policies = PolicyHandlers(plane, runtime.control, readers)
     write_policies = PolicyHandlers(plane, runtime.control, writers)
-    streams = SubscriptionStore(runtime.engine)
     read_streams = SubscriptionHandlers(
-        streams, runtime.secret, runtime.settings, readers, service.clock
+        subscriptions, runtime.secret, runtime.settings, readers, clock
     )
     write_streams = SubscriptionHandlers(
-        streams, runtime.secret, runtime.settings, writers, service.clock
+        subscriptions, runtime.secret, runtime.settings, writers, clock
     )
 
     async def list_executions(request: Request) -> Response:
@@ -105,7 +113,7 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
         Route("/operator/executions", list_executions, methods=["GET"]),
         Route("/operator/executions/{execution_id}", show_execution, methods=["GET"]),
         Route("/operator/executions/{execution_id}/replay", lineage_replays.one, methods=["POST"]),
-        Route("/operator/replay", replays.range, methods=["POST"]),
+        Route("/operator/replay", replay_handlers.range, methods=["POST"]),
         Route("/operator/policies", read_policies.list, methods=["GET"]),
         Route("/operator/policies/{policy_id}", read_policies.show, methods=["GET"]),
         Route("/operator/policies/{policy_id}", write_policies.publish, methods=["PUT"]),
@@ -127,5 +135,5 @@ def operator_routes(service: ExecutionService) -> list[BaseRoute]:
             write_streams.pause,
             methods=["POST"],
         ),
-        *approval_routes(service, "operator"),
+        *approval_routes(service, approvals, "operator", max_body),
     ]

@@ -16,15 +16,14 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from execauth.api.approval_routes import MAX_ACTOR_CHARS, MAX_REASON_CHARS
 from execauth.approvals import refusal
+from execauth.approve import Approvals
 from execauth.errors import ApprovalClosed, Forbidden, InvalidRequest, NotFound
-from execauth.service import ExecutionService
 from execauth.store.approvals import Approval, Ballot
 from execauth.web.auth import READERS, ConsoleAuth, Operator
 from execauth.web.rendering import Renderer, page_route
@@ -37,8 +36,7 @@ VOTES = ("approve", "reject")
 _APPROVAL_ID = re.compile(r"^service_appr_[0-9A-Za-z]{26}$")
 
 
-def approval_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
-    store = service.approvals
+def approval_pages(approvals: Approvals, *, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
 
     def view(approval: Approval, operator: Operator) -> dict[str, Any]:
         """The approval as the API shows it, plus whether this session may vote and why not."""
@@ -58,22 +56,20 @@ def approval_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleA
     async def read(org_id: str, approval_id: str) -> Approval:
         if not _APPROVAL_ID.match(approval_id):
             raise NotFound("no such approval in this organization")
-        return await service.approval(org_id, approval_id)
+        return await approvals.get(org_id, approval_id)
 
     @auth.page()
     async def inbox(request: Request, operator: Operator, form: dict[str, str]) -> Response:
         org_id = operator.org.org_id
-        pending_ids = await anyio.to_thread.run_sync(store.pending, org_id, PENDING_SHOWN)
         # Reading settles an approval whose deadline has passed: it moves to "recent".
-        pending = [await service.approval(org_id, a) for a in pending_ids]
-        recent_ids = await anyio.to_thread.run_sync(store.decided, org_id, RECENT_SHOWN)
-        recent = [await service.approval(org_id, a) for a in recent_ids]
+        pending = await approvals.pending(org_id, PENDING_SHOWN)
+        recent = await approvals.decided(org_id, RECENT_SHOWN)
         context: dict[str, Any] = {
             "operator": operator,
             "path": request.url.path,
             "pending": [view(a, operator) for a in pending if a.state == "pending"],
             "recent": [view(a, operator) for a in recent],
-            "more_pending": len(pending_ids) == PENDING_SHOWN,
+            "more_pending": len(pending) == PENDING_SHOWN,
         }
         return renderer.page("approvals.html", context)
 
@@ -113,10 +109,7 @@ def approval_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleA
             try:
                 reason, actor = _ballot_fields(form, required_reason=vote == "reject")
                 ballot = Ballot(operator.key.key_id, operator.key.role, vote, actor, reason)
-                await anyio.to_thread.run_sync(
-                    store.vote, org_id, approval_id, ballot, service.clock(),
-                    service.issue_outcome,
-                )  # fmt: skip
+                await approvals.vote(org_id, approval_id, ballot)
             except (Forbidden, ApprovalClosed, InvalidRequest) as exc:
                 # Shown on the approval's page, which says why, keeps what was typed and
                 # shows the state as it is now (an expiry found by the vote is settled).

@@ -19,6 +19,7 @@ from starlette.responses import RedirectResponse, Response
 
 from execauth.errors import Forbidden, Unauthorized
 from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.store.web_sessions import WebSession, WebSessionStore
 from execauth.tenancy.api_keys import ApiKey, hash_secret
 from execauth.tenancy.audit import key_actor
@@ -63,13 +64,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class ConsoleAuth:
-    def __init__(self, service: ExecutionService, renderer: Renderer) -> None:
+    def __init__(self, runtime: Runtime, service: ExecutionService, renderer: Renderer) -> None:
+        # ``service`` signs in as the JSON API authenticates; the sessions are the web's own.
         self._service = service
-        self._control = service.runtime.control
-        self._secret = service.runtime.secret
-        self._sessions = WebSessionStore(service.runtime.engine)
+        self._control = runtime.control
+        self._secret = runtime.secret
+        self._sessions = WebSessionStore(runtime.engine)
         self._renderer = renderer
-        self.codec = SessionCodec(service.runtime.secret)
+        self.codec = SessionCodec(runtime.secret)
 
     async def sign_in(self, api_key: str) -> str:
         """Authenticate as the JSON API does, admit operator roles only, open a session.

@@ -1,7 +1,7 @@
 """Console pages: sign-in, the execution timeline and one execution, usage, the audit trail.
 
 Each handler calls the same core the JSON operator API calls (``executions_page``,
-``ReplayService``, ``UsageQueries``, ``audit_page``, ``verify_receipt``) and
+``ReplayService`` (its ``explain`` too), ``UsageQueries``, ``audit_page``, ``verify_receipt``) and
 renders its result; nothing here decides, counts or queries on its own.
 """
 
@@ -22,11 +22,9 @@ from execauth.api.views import execution_detail
 from execauth.control_plane import UsageQueries
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.keyring import key_list_document
-from execauth.policy.engine import PolicySet
-from execauth.policy.explain import explain
-from execauth.replay import ReplayService, recorded_execution
-from execauth.service import ExecutionService
-from execauth.store.executions import ExecutionRecord
+from execauth.replay import ReplayService
+from execauth.service import Clock
+from execauth.serving.runtime import Runtime
 from execauth.tenancy.quota import month_period
 from execauth.tenancy.usage import DECISIONS
 from execauth.verify import parse_key_list, verify_receipt
@@ -56,10 +54,16 @@ TIMELINE_FILTERS = ("surface", "decision", "actor", "since", "until")
 _LOCAL_MINUTES = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d$")
 
 
-def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
-    runtime = service.runtime
-    replays = ReplayService(service)
-    usage = UsageQueries(service)
+def console_pages(
+    runtime: Runtime,
+    replays: ReplayService,
+    usage: UsageQueries,
+    clock: Clock,
+    *,
+    renderer: Renderer,
+    auth: ConsoleAuth,
+) -> list[Route]:
+    """``runtime`` for the history, the logs and the key list these pages read."""
 
     def render(
         template: str, request: Request, operator: Operator | None, **context: Any
@@ -104,7 +108,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
     # --- timeline ---------------------------------------------------------
     async def timeline_context(request: Request, operator: Operator) -> dict[str, Any]:
         page = await executions_page(runtime, request, operator.org.org_id)
-        month = month_period(service.clock())
+        month = month_period(clock())
         report = await usage.org_usage(operator.org, month)
         filters = {name: request.query_params.get(name, "") for name in TIMELINE_FILTERS}
         query = {k: v for k, v in filters.items() if v}
@@ -142,7 +146,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
 
         Not part of the live partial: the few-second poll would repeat these queries.
         """
-        periods = buckets(service.clock(), window)
+        periods = buckets(clock(), window)
         filled = [
             Bucket(start, end, runtime.executions.usage_rows(org_id, start, end))
             for start, end in periods
@@ -164,7 +168,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
             raise NotFound("no such execution in this organization")
         lineage = await anyio.to_thread.run_sync(runtime.executions.lineage, org_id, execution_id)
         detail = execution_detail(record, lineage)
-        now = service.clock()
+        now = clock()
         keys, issuer = parse_key_list(
             key_list_document(runtime.keyring.records, runtime.settings.issuer)
         )
@@ -172,7 +176,7 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
         position = await anyio.to_thread.run_sync(runtime.logs.position, org_id, execution_id)
         checkpoint = await anyio.to_thread.run_sync(runtime.logs.latest_checkpoint, org_id)
         replays_done = [e for e in detail["lineage"] if e["kind"] == "replay"]
-        why, why_error = await anyio.to_thread.run_sync(explain_record, record)
+        why, why_error = await anyio.to_thread.run_sync(replays.explain, record)
         return render(
             "execution.html",
             request,
@@ -186,25 +190,6 @@ def console_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAu
             why=why,
             why_error=why_error,
         )
-
-    def explain_record(record: ExecutionRecord) -> tuple[dict[str, Any] | None, str | None]:
-        """Why it was decided: ``policy eval --explain``'s trace, re-run as replay runs it.
-
-        The recorded request, ``now`` and org facts under the very policy version that
-        decided (``policy.explain`` shares its steps with the server's evaluation). A
-        trace that cannot be built is said on the page; the rest of the page still shows.
-        """
-        recorded = recorded_execution(record)
-        stored = runtime.control.get_policy(record.org_id, record.policy_id, record.policy_version)
-        if stored is None:
-            return None, f"policy {record.policy_id} v{record.policy_version} is not stored"
-        try:
-            compiled = service.policies.compiled(stored)
-        except ExecauthError as exc:
-            return None, exc.message
-        policies = PolicySet([compiled])
-        explanation = explain(policies, recorded.request, now=recorded.now, org=recorded.org)
-        return explanation.as_dict(), None
 
     @auth.page(WRITERS)  # a replay writes the lineage: auditors only read
     async def replay(request: Request, operator: Operator, form: dict[str, str]) -> Response:

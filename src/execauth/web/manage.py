@@ -23,7 +23,6 @@ from execauth.api.views import key_view
 from execauth.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.replay import ReplayService
-from execauth.service import ExecutionService
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.tenancy.api_keys import ROLES
 from execauth.web.auth import WRITERS, ConsoleAuth, Operator
@@ -34,11 +33,15 @@ GRACE_CHOICES = (("0", "none"), ("3600", "1 hour"), ("86400", "24 hours"), ("604
 POLICY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
-def manage_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
-    runtime = service.runtime
-    control = runtime.control
-    plane = ControlPlane(service)
-    replays = ReplayService(service)
+def manage_pages(
+    control: ControlStore,
+    plane: ControlPlane,
+    replays: ReplayService,
+    *,
+    renderer: Renderer,
+    auth: ConsoleAuth,
+) -> list[Route]:
+    """``control`` for reading policies; every change goes through ``plane``."""
 
     def render(
         template: str, request: Request, operator: Operator, status: int = 200, **context: Any

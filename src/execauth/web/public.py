@@ -13,13 +13,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from execauth.keyring import key_list_document
-from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
 from execauth.web.rendering import Renderer, page_route
 from execauth.web.site import GUIDES, INTRODUCTION, QUICKSTART, TRUST, SiteDocs, guide
 
 
-def site_pages(service: ExecutionService, renderer: Renderer) -> list[Route]:
-    runtime = service.runtime
+def site_pages(runtime: Runtime, renderer: Renderer) -> list[Route]:
     docs = SiteDocs()
 
     def render(template: str, path: str, **context: Any) -> Response:

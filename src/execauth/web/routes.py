@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from execauth.service import ExecutionService
+from execauth.serving.runtime import Runtime
+from execauth.use_cases import UseCases
 from execauth.web.approvals import approval_pages
 from execauth.web.auth import ConsoleAuth
 from execauth.web.console import console_pages
@@ -24,7 +25,8 @@ from execauth.web.rendering import STATIC_PREFIX, Renderer, page_route
 from execauth.web.streams import stream_pages
 
 
-def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseRoute]:
+def web_routes(runtime: Runtime, cases: UseCases, surfaces: Sequence[str]) -> list[BaseRoute]:
+    """Each page module gets the use cases it calls; ``runtime`` for keys and settings."""
     renderer = Renderer()
     routes: list[BaseRoute] = []
     if "gateway" in surfaces or "operator" in surfaces:
@@ -43,11 +45,15 @@ def web_routes(service: ExecutionService, surfaces: Sequence[str]) -> list[BaseR
             )
 
         routes.append(page_route("/verify", renderer.html_endpoint(verify_page), "GET"))
-        routes += site_pages(service, renderer)
+        routes += site_pages(runtime, renderer)
     if "operator" in surfaces:
-        auth = ConsoleAuth(service, renderer)
-        routes += console_pages(service, renderer, auth)
-        routes += manage_pages(service, renderer, auth)
-        routes += stream_pages(service, renderer, auth)
-        routes += approval_pages(service, renderer, auth)
+        auth = ConsoleAuth(runtime, cases.execute, renderer)
+        routes += console_pages(
+            runtime, cases.replay, cases.usage, cases.clock, renderer=renderer, auth=auth
+        )
+        routes += manage_pages(
+            runtime.control, cases.control, cases.replay, renderer=renderer, auth=auth
+        )
+        routes += stream_pages(cases.subscriptions, cases.clock, renderer=renderer, auth=auth)
+        routes += approval_pages(cases.approvals, renderer=renderer, auth=auth)
     return routes

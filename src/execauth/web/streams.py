@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from execauth.api.subscription_routes import event_filter, subscription_view
 from execauth.errors import InvalidRequest, NotFound
-from execauth.service import ExecutionService
+from execauth.service import Clock
 from execauth.store.subscriptions import ACTIVE, PAUSED, SubscriptionStore
 from execauth.streaming.events import APPROVAL_WILDCARD, EVENT_TYPE
 from execauth.tenancy.audit import AuditEvent, key_actor
@@ -32,8 +32,9 @@ EVENT_CHOICES: dict[str, list[str] | None] = {
 }
 
 
-def stream_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAuth) -> list[Route]:
-    store = SubscriptionStore(service.runtime.engine)
+def stream_pages(
+    store: SubscriptionStore, clock: Clock, *, renderer: Renderer, auth: ConsoleAuth
+) -> list[Route]:
 
     @auth.page()
     async def streams(request: Request, operator: Operator, form: dict[str, str]) -> Response:
@@ -52,7 +53,7 @@ def stream_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
         @auth.page(WRITERS)
         async def change(request: Request, operator: Operator, form: dict[str, str]) -> Response:
             subscription_id = request.path_params["subscription_id"]
-            now = service.clock()
+            now = clock()
             audit = AuditEvent(
                 operator.org.org_id, now, key_actor(operator.key.key_id), action, subscription_id
             )
@@ -74,7 +75,7 @@ def stream_pages(service: ExecutionService, renderer: Renderer, auth: ConsoleAut
         events = event_filter(EVENT_CHOICES[choice])
         audit = AuditEvent(
             operator.org.org_id,
-            service.clock(),
+            clock(),
             key_actor(operator.key.key_id),
             "subscription.events_changed",
             subscription_id,
