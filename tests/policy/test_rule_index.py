@@ -110,8 +110,11 @@ def test_a_rule_whose_literal_differs_from_the_value_is_skipped() -> None:
 
 
 def test_a_rule_comparing_unequal_to_the_value_itself_is_skipped() -> None:
-    block = _block(("deny", 'payload.n > 100 && context.branch != "main"'))
-    assert _skipped(block, _request(context={"branch": "main"})) == ["r0"]
+    block = _block(
+        ("deny", 'payload.n > 100 && context.branch != "main"'),
+        ("deny", 'context.branch != "main" && payload.n > 10'),
+    )
+    assert _skipped(block, _request(context={"branch": "main"})) == ["r0", "r1"]
     assert _skipped(block, _request(context={"branch": "dev"})) == []
 
 
@@ -145,7 +148,9 @@ def test_a_skipped_rule_is_false_even_where_its_other_conjuncts_fail() -> None:
 def test_a_value_of_another_cel_type_than_the_literal_skips_nothing(
     literal: str, value: Any
 ) -> None:
-    block = _block(("permit", f"payload.v == {literal}"))
+    block = _block(
+        ("permit", f"payload.v == {literal}"), ("deny", f"payload.v == {literal} && false")
+    )
     request = _request(payload={"v": value})
     assert _skipped(block, request) == []
     assert (
@@ -155,7 +160,7 @@ def test_a_value_of_another_cel_type_than_the_literal_skips_nothing(
 
 
 def test_a_missing_path_skips_nothing_and_its_error_still_decides() -> None:
-    block = _block(("deny", 'context.branch == "dev"'), ("permit", "true"))
+    block = _block(("deny", 'context.branch == "dev"'), ("deny", 'context.branch == "qa"'))
     for request in (_request(), _request(context=["branch"]), {"surface": "a.b"}):
         assert _skipped(block, request) == []
         decision = evaluate(block, request, now=NOW, org=ORG)
@@ -164,22 +169,27 @@ def test_a_missing_path_skips_nothing_and_its_error_still_decides() -> None:
 
 def test_a_null_skips_nothing() -> None:
     # null == "dev" is false in CEL, but null is not the literal's type: the rule runs.
-    block = _block(("deny", 'context.branch == "dev"'), ("permit", "true"))
+    block = _block(
+        ("deny", 'context.branch == "dev"'), ("deny", 'context.branch == "qa"'), ("permit", "true")
+    )
     request = _request(context={"branch": None})
     assert _skipped(block, request) == []
     assert evaluate(block, request, now=NOW, org=ORG).outcome is Outcome.PERMIT
 
 
 def test_a_path_through_a_mapping_that_is_not_a_dict_skips_nothing() -> None:
-    block = _block(("deny", 'context.branch == "dev"'))
+    block = _block(("deny", 'context.branch == "dev"'), ("deny", 'context.branch == "qa"'))
     request = _request(context=OrderedDict(branch="main"))
     assert _skipped(block, request) == []
 
 
 def test_org_facts_are_indexed_like_the_request() -> None:
-    block = _block(("permit", 'org.plan == "enterprise" && actor == "alice"'))
-    assert _skipped(block, _request(actor="alice")) == ["r0"]
-    assert _skipped(block, _request(actor="alice"), {**ORG, "plan": "enterprise"}) == []
+    block = _block(
+        ("permit", 'org.plan == "enterprise" && actor == "alice"'),
+        ("deny", 'org.plan == "enterprise" && actor == "mallory"'),
+    )
+    assert _skipped(block, _request(actor="alice")) == ["r0", "r1"]
+    assert _skipped(block, _request(actor="alice"), {**ORG, "plan": "enterprise"}) == ["r1"]
 
 
 def test_the_rules_left_run_in_their_order_so_the_first_failure_still_decides() -> None:
@@ -192,6 +202,12 @@ def test_the_rules_left_run_in_their_order_so_the_first_failure_still_decides() 
     decision = evaluate(block, request, now=NOW, org=ORG)
     assert (decision.outcome, decision.rule_id) == (Outcome.SILENCE, "r1")
     assert decision == trace(block, request, now=NOW, org=ORG).decision
+
+
+def test_a_path_only_one_rule_tests_is_not_indexed() -> None:
+    # Looking the path up would cost about what running that one rule does.
+    block = _block(("deny", 'actor == "mallory"'), ("permit", 'context.branch == "main"'))
+    assert block.index.paths == ()
 
 
 def test_trace_still_records_every_rule() -> None:
@@ -376,5 +392,6 @@ def test_the_benchmark_policy_shape_skips_the_rules_its_request_cannot_match() -
             "canary": True,
         },
     )
-    assert _skipped(block, request) == ["r0", "r1", "r2", "r4", "r5"]
+    # service and canary are tested by one rule each here: not indexed
+    assert _skipped(block, request) == ["r0", "r2", "r4"]
     assert evaluate(block, request, now=NOW, org=ORG).outcome is Outcome.PERMIT

@@ -3,7 +3,8 @@
 A rule whose condition is a chain of ``&&`` at its top level (``context.branch == "main"
 && …``) is false whenever one of those conjuncts is false, whatever the others do: CEL's
 ``&&`` absorbs errors and non-boolean operands (``false && x`` and ``x && false`` are
-``false`` for any ``x``; docs/policy-language.md, "Evaluation"). A conjunct
+``false`` for any ``x``, as the ``cel`` package evaluates them and the CEL language
+definition specifies; tests/policy/test_rule_index.py holds the package to it). A conjunct
 ``path == literal`` is certainly false when the request holds, at that path, a value of
 the literal's own CEL type that differs from it; ``path != literal`` when it holds the
 literal itself. Such a rule evaluates to ``false`` with no error, so ``engine.evaluate``
@@ -11,17 +12,20 @@ need not run it: skipping it changes no outcome, rule, reason or message, and th
 of the rules that do run is kept.
 
 Only what is certain is skipped. The value is read as the activation holds it: the
-path must lead through plain ``dict`` s to a ``str`` (a CEL string), an ``int`` within
+path must lead through plain dicts to a ``str`` (a CEL string), an ``int`` within
 64 bits (a CEL int) or a ``bool`` (a CEL bool), the types ``cel.Context`` converts to
 exactly those (the ``cel`` package, 0.10, ``RustyPyType::try_into_value``; a string that
 looks like a number stays a string). A missing path, a null, another type (``1.0``
 against ``1``, ``"1"`` against ``1``), a ``str`` or ``dict`` subclass, or a literal this
 module cannot be sure it reads as the ``cel`` compiler does (a string written with a
-backslash escape), and the rule runs. Pure; built once per block at compile time.
+backslash escape), and the rule runs. Built once per block at compile time; its only
+state is a bounded cache of the rules left to run for each set of skipped ones.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -35,6 +39,7 @@ _INT_MIN, _INT_END = -(2**63), 2**63  # a CEL int is an i64; a larger Python int
 # Distinct request shapes remembered per block, each with the rules left to run: enough
 # for the few values a block's indexed paths take in practice, bounded for any traffic.
 _MAX_PLANS = 64
+_MIN_RULES = 2  # rules a path must be able to exclude to be indexed
 
 Literal: TypeAlias = tuple[str, str | int | bool]  # (CEL type, value): ("int", 1) != ("bool", True)
 Rule = TypeVar("Rule")
@@ -104,18 +109,6 @@ def _literal(node: Node, *, escapes: bool) -> Literal | None:
     return None
 
 
-def cel_literal(value: Any) -> Literal | None:
-    """``value`` as the literal it equals in the activation, when certain; else None."""
-    kind = type(value)
-    if kind is str:
-        return ("string", value)
-    if kind is bool:
-        return ("bool", value)
-    if kind is int and _INT_MIN <= value < _INT_END:
-        return ("int", value)
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class PathIndex:
     """The rules testing one path, as bit masks over the block's rule positions."""
@@ -129,11 +122,21 @@ class PathIndex:
     # literal -> rules with ``path != literal``
     unequal: dict[Literal, int] = field(default_factory=dict)
 
-    def excluded(self, value: Any) -> int:
-        """The rules certainly false when the activation holds ``value`` at this path."""
-        literal = cel_literal(value)
-        if literal is None:
-            return 0
+    def add(self, conjunct: Conjunct, bit: int) -> None:
+        literal = conjunct.literal
+        if conjunct.equal:
+            self.equal_any[literal[0]] = self.equal_any.get(literal[0], 0) | bit
+            self.equal[literal] = self.equal.get(literal, 0) | bit
+        else:
+            self.unequal[literal] = self.unequal.get(literal, 0) | bit
+
+    def rules(self) -> int:
+        """Every rule this path can exclude."""
+        masks = [*self.equal.values(), *self.unequal.values()]
+        return functools.reduce(operator.or_, masks, 0)
+
+    def excluded(self, literal: Literal) -> int:
+        """The rules certainly false when the activation holds ``literal`` at this path."""
         differs = self.equal_any.get(literal[0], 0) & ~self.equal.get(literal, 0)
         return differs | self.unequal.get(literal, 0)
 
@@ -147,17 +150,13 @@ class RuleIndex(Generic[Rule]):
         self.rules = tuple(rules)
         paths: dict[tuple[str, ...], PathIndex] = {}
         for position, source in enumerate(sources):
-            bit = 1 << position
             for conjunct in conjuncts(source):
                 path = (conjunct.root, *conjunct.keys)
                 index = paths.setdefault(path, PathIndex(conjunct.root, conjunct.keys))
-                if conjunct.equal:
-                    kind = conjunct.literal[0]
-                    index.equal_any[kind] = index.equal_any.get(kind, 0) | bit
-                    index.equal[conjunct.literal] = index.equal.get(conjunct.literal, 0) | bit
-                else:
-                    index.unequal[conjunct.literal] = index.unequal.get(conjunct.literal, 0) | bit
-        self.paths = tuple(paths.values())
+                index.add(conjunct, 1 << position)
+        # Looking a path up costs about what running the cheapest rule does: a path only
+        # one rule tests is not worth it.
+        self.paths = tuple(p for p in paths.values() if p.rules().bit_count() >= _MIN_RULES)
         self._plans: dict[int, tuple[Rule, ...]] = {}
 
     def excluded(self, request: Mapping[str, Any], org: Mapping[str, Any]) -> int:
@@ -177,8 +176,13 @@ class RuleIndex(Generic[Rule]):
                     value = None
                     break
                 value = value.get(key)
-            if value is not None:
-                excluded |= path.excluded(value)
+            kind = type(value)
+            if kind is str:
+                excluded |= path.excluded(("string", value))
+            elif kind is bool:
+                excluded |= path.excluded(("bool", value))
+            elif kind is int and _INT_MIN <= value < _INT_END:
+                excluded |= path.excluded(("int", value))
         return excluded
 
     def runnable(self, excluded: int) -> tuple[Rule, ...]:
