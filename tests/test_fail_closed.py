@@ -140,7 +140,7 @@ async def test_credential_store_failure_is_500_not_anonymous_access(
 async def test_unexpected_engine_exception_is_500(
     lenient_client: httpx.AsyncClient, ready_tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import execauth.service as service_module
+    import execauth.usecases.execute as service_module
 
     def exploding_evaluate(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError("out of memory")

@@ -12,8 +12,8 @@ import pytest
 from execauth.api.admission import AdmissionLimits, OperatorAdmission
 from execauth.config import Settings
 from execauth.errors import RateLimited
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
+from execauth.usecases.execute import ExecutionService
 from tests.conftest import ADMIN
 from tests.operator.conftest import make_operators
 

@@ -11,11 +11,11 @@ from sqlalchemy import func, select
 
 from execauth.approvals import State, Vote
 from execauth.errors import SigningUnavailable
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.approvals import Ballot
 from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import approval_votes, executions
+from execauth.usecases.execute import ExecutionService
 from tests.approvals.conftest import Clock, Org, escalate
 
 pytestmark = pytest.mark.anyio

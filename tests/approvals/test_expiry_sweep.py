@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.api.app import create_app
-from execauth.approval_sweep import ApprovalSweep
 from execauth.approvals import State, Vote
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.approvals import ApprovalStore
 from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import executions
+from execauth.usecases.approval_sweep import ApprovalSweep
+from execauth.usecases.execute import ExecutionService
 from tests.approvals.conftest import Clock, Org, escalate, make_org
 
 pytestmark = pytest.mark.anyio

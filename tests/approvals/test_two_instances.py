@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.errors import ApprovalClosed
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.approvals import Approval, ApprovalStore, Ballot
 from execauth.store.database import make_engine
 from execauth.store.tables import approval_votes, executions
+from execauth.usecases.execute import ExecutionService
 from tests.approvals.conftest import Clock, Org, escalate
 from tests.conftest import Database
 

@@ -22,7 +22,7 @@ VECTORS = Path(__file__).resolve().parents[2] / "testdata" / "vectors"
 # The server's stack, and our modules that pull it in.
 SERVER_MODULES = (
     "starlette", "uvicorn", "sqlalchemy", "alembic", "cel", "psycopg",
-    "execauth.api", "execauth.serving", "execauth.store", "execauth.policy", "execauth.service",
+    "execauth.api", "execauth.serving", "execauth.store", "execauth.policy", "execauth.usecases",
 )  # fmt: skip
 
 PROBE = """

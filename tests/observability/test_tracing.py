@@ -308,7 +308,7 @@ async def test_an_unexpected_exception_is_recorded_on_the_execute_span(
     exporter: InMemorySpanExporter,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import execauth.service as service_module
+    import execauth.usecases.execute as service_module
 
     def exploding_evaluate(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("engine bug")
@@ -328,7 +328,7 @@ async def test_current_trace_ids_name_the_execute_span_during_the_request(
     exporter: InMemorySpanExporter,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import execauth.service as service_module
+    import execauth.usecases.execute as service_module
     from execauth.policy.engine import evaluate as original
 
     seen: list[tuple[str, str] | None] = []

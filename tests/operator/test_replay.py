@@ -16,10 +16,10 @@ import yaml
 from starlette.applications import Starlette
 
 from execauth.errors import InvalidRequest
-from execauth.replay import ReplayService
 from execauth.request import parse_execute_request
-from execauth.service import ExecutionService, Principal
 from execauth.serving.runtime import Runtime
+from execauth.usecases.execute import ExecutionService, Principal
+from execauth.usecases.replay import ReplayService
 from tests.conftest import ADMIN
 from tests.operator.conftest import Operators, make_operators
 from tests.policy.generators import (

@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from execauth.api.app import create_app
-from execauth.approval_sweep import ApprovalSweep
 from execauth.server_secret import ServerSecret
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.streaming.events import new_webhook_secret, verify_webhook
+from execauth.usecases.approval_sweep import ApprovalSweep
+from execauth.usecases.execute import ExecutionService
 from tests.approvals.conftest import Clock, Org, escalate, make_org, vote
 from tests.conftest import ADMIN, sequence
 from tests.operator.conftest import make_operators

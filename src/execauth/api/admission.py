@@ -33,8 +33,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from execauth.errors import RateLimited
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
+from execauth.usecases.execute import ExecutionService
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Content = str | bytes | memoryview

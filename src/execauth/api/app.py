@@ -26,13 +26,13 @@ from execauth.api.gateway import gateway_routes
 from execauth.api.ledger_routes import ledger_routes
 from execauth.api.operator import operator_routes
 from execauth.api.origin_check import IssuerOriginCheck
-from execauth.approval_sweep import ApprovalSweep, run_sweep
 from execauth.errors import ExecauthError
 from execauth.observability import tracing
-from execauth.service import Clock, ExecutionService, utc_now
 from execauth.serving.runtime import Runtime
 from execauth.serving.shared_generation import SharedGeneration
-from execauth.use_cases import build_use_cases
+from execauth.usecases.approval_sweep import ApprovalSweep, run_sweep
+from execauth.usecases.execute import Clock, ExecutionService, utc_now
+from execauth.usecases.wiring import build_use_cases
 from execauth.web import web_routes
 
 log = logging.getLogger("execauth")

@@ -17,11 +17,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from execauth.api.wire import json_response, read_json_body
-from execauth.approve import Approvals
 from execauth.errors import Forbidden, InvalidRequest, NotFound
 from execauth.policy.document import DURATION_PATTERN
-from execauth.service import ExecutionService, Principal
 from execauth.store.approvals import Approval, Ballot
+from execauth.usecases.approve import Approvals
+from execauth.usecases.execute import ExecutionService, Principal
 
 MAX_WAIT_SECONDS = 60  # a long-poll longer than common proxy idle timeouts would be cut
 POLL_INTERVAL_SECONDS = 0.25

@@ -22,14 +22,15 @@ from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.subscription_routes import SubscriptionHandlers
 from execauth.api.views import org_view
 from execauth.api.wire import decode_as, json_response, read_json_body
-from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Unauthorized
-from execauth.export import BundleExport
-from execauth.replay import ReplayService
-from execauth.service import Clock
 from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import PLATFORM_ADMIN
+from execauth.usecases.control_plane import ControlPlane
+from execauth.usecases.execute import Clock
+from execauth.usecases.export import BundleExport
+from execauth.usecases.replay import ReplayService
+from execauth.usecases.usage import UsageQueries
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -14,9 +14,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from execauth.api.wire import json_response, profile_headers, read_json_body, request_id
-from execauth.consumption import ConsumeRequest, ReceiptConsumption
 from execauth.errors import InvalidRequest, NotFound
-from execauth.service import ExecutionService
+from execauth.usecases.consume import ConsumeRequest, ReceiptConsumption
+from execauth.usecases.execute import ExecutionService
 
 MAX_ACTOR_CHARS = 256
 MAX_NOTE_CHARS = 1000

@@ -21,8 +21,6 @@ from execauth.api.wire import (
     request_id,
     wire_profile,
 )
-from execauth.approve import Approvals
-from execauth.consumption import ReceiptConsumption
 from execauth.errors import (
     ExecauthError,
     InvalidRequest,
@@ -35,8 +33,10 @@ from execauth.observability import tracing
 from execauth.observability.decision_log import DecisionLog
 from execauth.receipt_shape import check_receipt_shape
 from execauth.request import parse_execute_request
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
+from execauth.usecases.approve import Approvals
+from execauth.usecases.consume import ReceiptConsumption
+from execauth.usecases.execute import ExecutionService
 from execauth.verify import parse_key_list, verify_receipt
 
 # ESCALATE: 202 Accepted, the request is held for approval (docs/approvals.md).

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from execauth.api.pagination import integer, optional_timestamp
 from execauth.api.views import key_view, ts
 from execauth.api.wire import decode_as, json_response, read_json_body
-from execauth.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
+from execauth.usecases.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
 
 Handler = Callable[[Request], Awaitable[Response]]
 # (org_id, actor) for a request that already passed authentication.

@@ -15,9 +15,9 @@ from starlette.routing import BaseRoute, Route
 from execauth.api.pagination import MAX_BIGINT, required_query_int
 from execauth.api.wire import json_response
 from execauth.errors import InvalidRequest, NotFound
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.ledger import StoredCheckpoint
+from execauth.usecases.execute import ExecutionService
 
 PENDING_RETRY_SECONDS = 1
 

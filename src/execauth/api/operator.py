@@ -25,14 +25,15 @@ from execauth.api.replay_routes import ReplayHandlers
 from execauth.api.subscription_routes import SubscriptionHandlers
 from execauth.api.views import execution_detail
 from execauth.api.wire import json_response
-from execauth.approve import Approvals
-from execauth.control_plane import ControlPlane, UsageQueries
 from execauth.errors import Forbidden, NotFound
-from execauth.replay import ReplayService
-from execauth.service import Clock, ExecutionService, Principal
 from execauth.serving.runtime import Runtime
 from execauth.store.subscriptions import SubscriptionStore
 from execauth.tenancy.audit import key_actor
+from execauth.usecases.approve import Approvals
+from execauth.usecases.control_plane import ControlPlane
+from execauth.usecases.execute import Clock, ExecutionService, Principal
+from execauth.usecases.replay import ReplayService
+from execauth.usecases.usage import UsageQueries
 
 Handler = Callable[[Request], Awaitable[Response]]
 READERS = ("admin", "auditor")

@@ -16,10 +16,10 @@ from execauth.api.key_routes import Scope
 from execauth.api.pagination import MAX_INT32, query_int
 from execauth.api.views import policy_view
 from execauth.api.wire import json_response
-from execauth.control_plane import ControlPlane
 from execauth.errors import InvalidRequest, NotFound, PayloadTooLarge
 from execauth.policy.document import MAX_DOCUMENT_BYTES
 from execauth.store.control import ControlStore
+from execauth.usecases.control_plane import ControlPlane
 
 MAX_POLICY_BYTES = MAX_DOCUMENT_BYTES  # what parse_policy_document accepts, and no more
 

@@ -12,7 +12,7 @@ from execauth.api.key_routes import Scope
 from execauth.api.pagination import optional_timestamp
 from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.errors import InvalidRequest
-from execauth.replay import ReplayService
+from execauth.usecases.replay import ReplayService
 
 MAX_DRAFT_BYTES = 256 * 1024
 

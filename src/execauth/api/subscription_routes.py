@@ -25,7 +25,6 @@ from execauth.api.wire import decode_as, json_response, read_json_body
 from execauth.config import Settings
 from execauth.errors import InvalidRequest, NotFound
 from execauth.server_secret import ServerSecret
-from execauth.service import Clock
 from execauth.store.subscriptions import ACTIVE, PAUSED, Subscription, SubscriptionStore
 from execauth.streaming.events import (
     new_webhook_secret,
@@ -33,6 +32,7 @@ from execauth.streaming.events import (
     seal_webhook_secret,
 )
 from execauth.tenancy.audit import AuditEvent
+from execauth.usecases.execute import Clock
 
 # A NATS subject of plain tokens: no wildcards (a publisher names one subject), no spaces.
 SUBJECT = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")

@@ -22,9 +22,9 @@ from starlette.routing import Route
 
 from execauth.api.approval_routes import MAX_ACTOR_CHARS, MAX_REASON_CHARS
 from execauth.approvals import refusal
-from execauth.approve import Approvals
 from execauth.errors import ApprovalClosed, Forbidden, InvalidRequest, NotFound
 from execauth.store.approvals import Approval, Ballot
+from execauth.usecases.approve import Approvals
 from execauth.web.auth import READERS, ConsoleAuth, Operator
 from execauth.web.rendering import Renderer, page_route
 

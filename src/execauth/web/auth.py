@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from execauth.errors import Forbidden, Unauthorized
-from execauth.service import ExecutionService
 from execauth.serving.runtime import Runtime
 from execauth.store.web_sessions import WebSession, WebSessionStore
 from execauth.tenancy.api_keys import ApiKey, hash_secret
 from execauth.tenancy.audit import key_actor
 from execauth.tenancy.orgs import Org
+from execauth.usecases.execute import ExecutionService
 from execauth.web.rendering import Renderer
 from execauth.web.session import (
     SESSION_COOKIE,

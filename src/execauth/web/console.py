@@ -19,14 +19,14 @@ from starlette.routing import Route
 from execauth.api.history import audit_page, executions_page
 from execauth.api.pagination import month_param
 from execauth.api.views import execution_detail
-from execauth.control_plane import UsageQueries
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
 from execauth.keyring import key_list_document
-from execauth.replay import ReplayService
-from execauth.service import Clock
 from execauth.serving.runtime import Runtime
 from execauth.tenancy.quota import month_period
 from execauth.tenancy.usage import DECISIONS
+from execauth.usecases.execute import Clock
+from execauth.usecases.replay import ReplayService
+from execauth.usecases.usage import UsageQueries
 from execauth.verify import parse_key_list, verify_receipt
 from execauth.web.auth import LOGIN_PATH, WRITERS, ConsoleAuth, Operator
 from execauth.web.charts import (

@@ -20,11 +20,11 @@ from starlette.routing import Route
 
 from execauth.api.pagination import MAX_INT32, integer, timestamp
 from execauth.api.views import key_view
-from execauth.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
 from execauth.errors import ExecauthError, InvalidRequest, NotFound
-from execauth.replay import ReplayService
 from execauth.store.control import ControlStore, StoredPolicy
 from execauth.tenancy.api_keys import ROLES
+from execauth.usecases.control_plane import DEFAULT_ROTATION_GRACE, MAX_ROTATION_GRACE, ControlPlane
+from execauth.usecases.replay import ReplayService
 from execauth.web.auth import WRITERS, ConsoleAuth, Operator
 from execauth.web.rendering import Renderer, page_route
 

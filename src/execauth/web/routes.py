@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from execauth.serving.runtime import Runtime
-from execauth.use_cases import UseCases
+from execauth.usecases.wiring import UseCases
 from execauth.web.approvals import approval_pages
 from execauth.web.auth import ConsoleAuth
 from execauth.web.console import console_pages

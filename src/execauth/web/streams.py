@@ -17,10 +17,10 @@ from starlette.routing import Route
 
 from execauth.api.subscription_routes import event_filter, subscription_view
 from execauth.errors import InvalidRequest, NotFound
-from execauth.service import Clock
 from execauth.store.subscriptions import ACTIVE, PAUSED, SubscriptionStore
 from execauth.streaming.events import APPROVAL_WILDCARD, EVENT_TYPE
 from execauth.tenancy.audit import AuditEvent, key_actor
+from execauth.usecases.execute import Clock
 from execauth.web.auth import WRITERS, ConsoleAuth, Operator
 from execauth.web.rendering import Renderer, page_route
 

@@ -17,7 +17,6 @@ from execauth.errors import InvalidRequest, NotFound
 from execauth.policy.decision import PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import compile_policy
-from execauth.service import ExecutionService
 from execauth.tenancy.api_keys import (
     ROLES,
     ApiKey,
@@ -28,8 +27,7 @@ from execauth.tenancy.api_keys import (
 )
 from execauth.tenancy.audit import AuditEvent, org_change_actions
 from execauth.tenancy.orgs import ORG_NAME_MAX, WIRE_PROFILES, Org, new_org_id
-from execauth.tenancy.quota import QuotaCheck, month_bounds
-from execauth.tenancy.usage import billing_rows, org_usage_report
+from execauth.usecases.execute import ExecutionService
 
 DEFAULT_ROTATION_GRACE = timedelta(hours=24)
 MAX_ROTATION_GRACE = timedelta(days=30)
@@ -216,40 +214,6 @@ class ControlPlane:
         )
         self._service.policies.invalidate(org_id)
         return version, document.policy_hash
-
-
-class UsageQueries:
-    """Usage and billing figures (read-only; shared by console and operator)."""
-
-    def __init__(self, service: ExecutionService) -> None:
-        self._runtime = service.runtime
-
-    async def org_usage(self, org: Org, month: str) -> dict[str, Any]:
-        start, end = _month(month)
-        executions = self._runtime.executions
-        rows = await anyio.to_thread.run_sync(executions.usage_rows, org.org_id, start, end)
-        used = await anyio.to_thread.run_sync(executions.executes_in_period, org.org_id, month)
-        plan = self._runtime.plans.get(org.plan)
-        quota = QuotaCheck(
-            org.plan,
-            month,
-            plan.executes_per_month if plan is not None else None,
-            end,
-        )
-        return org_usage_report(org, plan, quota, used, rows)
-
-    async def billing_export(self, month: str) -> dict[str, Any]:
-        start, end = _month(month)
-        orgs = await anyio.to_thread.run_sync(self._runtime.control.list_orgs)
-        rows = await anyio.to_thread.run_sync(self._runtime.executions.usage_rows, None, start, end)
-        return {"month": month, "orgs": billing_rows(orgs, self._runtime.plans, rows)}
-
-
-def _month(month: str) -> tuple[datetime, datetime]:
-    try:
-        return month_bounds(month)
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
 
 
 def _change_details(before: Org, changes: dict[str, Any]) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from execauth.policy.replay import (
     recorded_outcome,
     replay,
 )
-from execauth.service import ExecutionService
 from execauth.store.executions import ExecutionFilters, ExecutionRecord
+from execauth.usecases.execute import ExecutionService
 
 PAGE = 500
 MAX_RANGE_EXECUTIONS = 100_000  # a bigger range is refused, not silently truncated

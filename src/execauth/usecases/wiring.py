@@ -10,16 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from execauth.approve import Approvals
-from execauth.consumption import ReceiptConsumption
-from execauth.control_plane import ControlPlane, UsageQueries
-from execauth.export import BundleExport
-from execauth.replay import ReplayService
-from execauth.service import Clock, ExecutionService, utc_now
 from execauth.serving.runtime import Runtime
 from execauth.serving.shared_generation import SharedGeneration
 from execauth.store.consumptions import ConsumptionStore
 from execauth.store.subscriptions import SubscriptionStore
+from execauth.usecases.approve import Approvals
+from execauth.usecases.consume import ReceiptConsumption
+from execauth.usecases.control_plane import ControlPlane
+from execauth.usecases.execute import Clock, ExecutionService, utc_now
+from execauth.usecases.export import BundleExport
+from execauth.usecases.replay import ReplayService
+from execauth.usecases.usage import UsageQueries
 
 
 @dataclass(frozen=True, slots=True)

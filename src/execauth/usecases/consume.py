@@ -31,7 +31,6 @@ from execauth.errors import (
     ReceiptExpired,
     ReceiptNotPermit,
 )
-from execauth.service import Clock
 from execauth.store.audit import append_audit, append_lineage
 from execauth.store.consumptions import (
     Consumption,
@@ -42,6 +41,7 @@ from execauth.store.consumptions import (
 )
 from execauth.tenancy.api_keys import ApiKey
 from execauth.tenancy.audit import AuditEvent, key_actor
+from execauth.usecases.execute import Clock
 from execauth.wire_time import format_timestamp, parse_timestamp
 
 CONSUMER_ROLES = ("execute", "admin")

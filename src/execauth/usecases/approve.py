@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import anyio.to_thread
 
-from execauth.service import ExecutionService
 from execauth.store.approvals import Approval, Ballot
+from execauth.usecases.execute import ExecutionService
 
 
 class Approvals:
