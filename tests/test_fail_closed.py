@@ -94,7 +94,7 @@ async def test_receipt_store_timeout_is_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import execauth.serving.receipt_writer as writer_module
-    from execauth.store.executions import insert_execution as original
+    from execauth.store.execution_writes import insert_execution as original
 
     def slow_insert(*args: Any) -> Any:
         time.sleep(0.5)

@@ -27,7 +27,8 @@ from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
 from execauth.policy.decision import Decision, Outcome, PolicyRef
 from execauth.receipts import build_receipt, sign_receipt
 from execauth.request import parse_execute_request
-from execauth.store.executions import ExecutionRecord, insert_batch
+from execauth.store.execution_writes import insert_batch
+from execauth.store.executions import ExecutionRecord
 from execauth.store.ledger import sequence_pending
 
 from .conftest import BODY, NOW

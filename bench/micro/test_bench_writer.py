@@ -33,7 +33,8 @@ from sqlalchemy import Engine, create_engine, text
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, normalize_url, upgrade
-from execauth.store.executions import ExecutionRecord, insert_batch, insert_execution
+from execauth.store.execution_writes import insert_batch, insert_execution
+from execauth.store.executions import ExecutionRecord
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck

@@ -24,18 +24,20 @@ from sqlalchemy import Connection, Engine, event, func, select
 from sqlalchemy.exc import IntegrityError
 
 from execauth.serving.receipt_writer import ReceiptWriter
-from execauth.store import executions as store
+from execauth.store import execution_writes as store
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
-from execauth.store.executions import (
+from execauth.store.execution_writes import (
     QUOTA_EXHAUSTED,
+    QuotaExhausted,
+    insert_batch,
+    insert_execution,
+)
+from execauth.store.executions import (
     ExecutionRecord,
     ExecutionStore,
     PriorExecution,
-    QuotaExhausted,
     executes_in_period,
-    insert_batch,
-    insert_execution,
     prior_execution,
 )
 from execauth.store.tables import execution_events, execution_repeats, executions

@@ -20,7 +20,8 @@ from sqlalchemy import Engine, select
 
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
-from execauth.store.executions import ExecutionRecord, insert_batch
+from execauth.store.execution_writes import insert_batch
+from execauth.store.executions import ExecutionRecord
 from execauth.store.ledger import sequence_pending
 from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
 from execauth.tenancy.audit import AuditEvent

@@ -29,15 +29,13 @@ from sqlalchemy.exc import DBAPIError
 
 from execauth.errors import ServiceUnavailable
 from execauth.store.database import WriterLock, begin_writing
-from execauth.store.executions import (
-    ExecutionRecord,
-    PriorExecution,
+from execauth.store.execution_writes import (
     QuotaExhausted,
     WriteOutcome,
-    count_repeats,
     insert_batch,
     insert_execution,
 )
+from execauth.store.executions import ExecutionRecord, PriorExecution, count_repeats
 from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)

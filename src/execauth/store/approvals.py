@@ -11,7 +11,7 @@ committed together or not at all. So a quorum issues exactly one PERMIT, and not
 acknowledged is lost.
 
 Expiry is settled by whichever comes first after ``expires_at``: a read, a repeat or a
-vote of this approval, or the background sweep (``execauth.approval_sweep``), which
+vote of this approval, or the background sweep (``execauth.usecases.approval_sweep``), which
 settles approvals nobody looks at again. All of them go through ``settle``, under the
 same lock, so exactly one expiry receipt is issued (docs/decisions.md, "Approval events
 and the expiry sweep").
@@ -36,7 +36,8 @@ from execauth.errors import ApprovalClosed, Forbidden, NotFound
 from execauth.receipts import approval_id_for, execution_id_for
 from execauth.store.audit import append_audit, append_lineage
 from execauth.store.database import WriterLock, begin_writing
-from execauth.store.executions import ExecutionRecord, insert_execution
+from execauth.store.execution_writes import insert_execution
+from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import approval_votes, approvals, executions
 from execauth.tenancy.audit import AuditEvent, key_actor
 

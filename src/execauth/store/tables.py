@@ -143,7 +143,7 @@ executions = Table(
         sqlite_where=text("log_index IS NULL"),
         postgresql_where=text("log_index IS NULL"),
     ),
-    # The expiry sweep's walk over escalations (migration 0010, execauth.approval_sweep).
+    # The expiry sweep's walk over escalations (migration 0010, execauth.usecases.approval_sweep).
     Index(
         "ix_executions_escalations",
         "decided_at_ms",

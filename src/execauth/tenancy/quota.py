@@ -1,7 +1,7 @@
 """Monthly execute quotas: which period a decision counts in and what its plan allows.
 
 Counting happens in the same transaction that stores the receipt
-(``store.executions.insert_execution``), which is what makes the count exact
+(``store.execution_writes.insert_execution``), which is what makes the count exact
 under concurrency and across instances sharing a database.
 """
 
