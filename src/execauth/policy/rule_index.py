@@ -7,9 +7,11 @@ A rule whose condition is a chain of ``&&`` at its top level (``context.branch =
 definition specifies; tests/policy/test_rule_index.py holds the package to it). A conjunct
 ``path == literal`` is certainly false when the request holds, at that path, a value of
 the literal's own CEL type that differs from it; ``path != literal`` when it holds the
-literal itself. Such a rule evaluates to ``false`` with no error, so ``engine.evaluate``
-need not run it: skipping it changes no outcome, rule, reason or message, and the order
-of the rules that do run is kept.
+literal itself; ``path in [literals]`` when the value is none of them; ``literal in path``
+and ``path.exists(x, x == literal)`` when the value is a list of items of the literal's
+type, none of them the literal. Such a rule evaluates to ``false`` with no error, so
+``engine.evaluate`` need not run it: skipping it changes no outcome, rule, reason or
+message, and the order of the rules that do run is kept.
 
 Only what is certain is skipped. The value is read as the activation holds it: the
 path must lead through plain dicts to a ``str`` (a CEL string), an ``int`` within
@@ -40,6 +42,7 @@ _INT_MIN, _INT_END = -(2**63), 2**63  # a CEL int is an i64; a larger Python int
 # for the few values a block's indexed paths take in practice, bounded for any traffic.
 _MAX_PLANS = 64
 _MIN_RULES = 2  # rules a path must be able to exclude to be indexed
+_MAX_ITEMS = 64  # a longer list is not looked through (each item is a lookup)
 
 Literal: TypeAlias = tuple[str, str | int | bool]  # (CEL type, value): ("int", 1) != ("bool", True)
 Rule = TypeVar("Rule")
@@ -47,12 +50,18 @@ Rule = TypeVar("Rule")
 
 @dataclass(frozen=True, slots=True)
 class Conjunct:
-    """One ``path == literal`` or ``path != literal`` at the top of a rule's ``&&`` chain."""
+    """One test of a path against literals, at the top of a rule's ``&&`` chain.
+
+    ``equal``: false unless the value is one of ``literals`` (``path == "a"``, ``"a" ==
+    path``, ``path in ["a", "b"]``); ``unequal``: false when it is the literal
+    (``path != "a"``); ``member``: false unless the value, a list, holds the literal
+    (``"a" in path``, ``path.exists(x, x == "a")``).
+    """
 
     root: str
     keys: tuple[str, ...]
-    equal: bool  # ``==``; else ``!=``
-    literal: Literal
+    test: str  # equal, unequal or member
+    literals: tuple[Literal, ...]  # of one CEL type; one unless ``equal``
 
 
 def conjuncts(source: str) -> list[Conjunct]:
@@ -61,28 +70,48 @@ def conjuncts(source: str) -> list[Conjunct]:
         tree = parse(source)
     except CelSyntaxError:
         return []
+    escapes = "\\" in source
     found: list[Conjunct] = []
     pending = [tree]
     while pending:
         node = pending.pop()
         if node.kind == "binary" and node.name == "&&":
             pending.extend(node.children)
-        elif node.kind == "binary" and node.name in ("==", "!="):
-            conjunct = _comparison(node, escapes="\\" in source)
-            if conjunct is not None:
-                found.append(conjunct)
+        elif (conjunct := _test(node, escapes=escapes)) is not None:
+            found.append(conjunct)
     return found
 
 
-def _comparison(node: Node, *, escapes: bool) -> Conjunct | None:
-    left, right = node.children
-    if left.kind == "literal":
-        left, right = right, left
-    path = _path(left)
-    literal = _literal(right, escapes=escapes)
-    if path is None or literal is None:
+def _test(node: Node, *, escapes: bool) -> Conjunct | None:
+    """The conjunct ``node`` is, if it is one of the forms ``Conjunct`` names."""
+    if node.kind == "binary" and node.name in ("==", "!="):
+        left, right = node.children
+        if left.kind == "literal":
+            left, right = right, left
+        literals = _literals([right], escapes=escapes)
+        test = "equal" if node.name == "==" else "unequal"
+    elif node.kind == "binary" and node.name == "in":
+        left, right = node.children
+        if right.kind == "list" and right.children:  # path in [literals]
+            literals, test = _literals(right.children, escapes=escapes), "equal"
+        else:  # literal in path
+            left, right = right, left
+            literals, test = _literals([right], escapes=escapes), "member"
+    elif node.kind == "macro" and node.name == "exists" and len(node.children) == 2:
+        left, predicate = node.children
+        test, literals = "member", None
+        if predicate.kind == "binary" and predicate.name == "==":
+            variable, literal = predicate.children
+            if variable.kind == "literal":
+                variable, literal = literal, variable
+            if variable.kind == "ident" and variable.name == node.value:
+                literals = _literals([literal], escapes=escapes)
+    else:
         return None
-    return Conjunct(path[0], path[1:], node.name == "==", literal)
+    path = _path(left)
+    if path is None or literals is None:
+        return None
+    return Conjunct(path[0], path[1:], test, literals)
 
 
 def _path(node: Node) -> tuple[str, ...] | None:
@@ -94,6 +123,17 @@ def _path(node: Node) -> tuple[str, ...] | None:
     if node.kind != "ident" or node.name not in _ROOTS:
         return None
     return (node.name, *reversed(names))
+
+
+def _literals(nodes: Sequence[Node], *, escapes: bool) -> tuple[Literal, ...] | None:
+    """The nodes as literals of one CEL type, or None."""
+    found: list[Literal] = []
+    for node in nodes:
+        literal = _literal(node, escapes=escapes)
+        if literal is None or (found and literal[0] != found[0][0]):
+            return None
+        found.append(literal)
+    return tuple(found)
 
 
 def _literal(node: Node, *, escapes: bool) -> Literal | None:
@@ -109,36 +149,63 @@ def _literal(node: Node, *, escapes: bool) -> Literal | None:
     return None
 
 
+_KINDS: dict[type, str] = {str: "string", bool: "bool", int: "int"}
+
+
 @dataclass(frozen=True, slots=True)
 class PathIndex:
     """The rules testing one path, as bit masks over the block's rule positions."""
 
     root: str
     keys: tuple[str, ...]
-    # CEL type -> rules with a ``path == literal`` conjunct of that type
+    # CEL type -> rules with an ``equal`` test of that type; literal -> those it passes
     equal_any: dict[str, int] = field(default_factory=dict)
-    # literal -> rules with ``path == literal`` (any one of their == conjuncts)
     equal: dict[Literal, int] = field(default_factory=dict)
     # literal -> rules with ``path != literal``
     unequal: dict[Literal, int] = field(default_factory=dict)
+    # CEL type -> rules with a ``member`` test of that type; literal -> those it passes
+    member_any: dict[str, int] = field(default_factory=dict)
+    member: dict[Literal, int] = field(default_factory=dict)
 
     def add(self, conjunct: Conjunct, bit: int) -> None:
-        literal = conjunct.literal
-        if conjunct.equal:
-            self.equal_any[literal[0]] = self.equal_any.get(literal[0], 0) | bit
-            self.equal[literal] = self.equal.get(literal, 0) | bit
-        else:
-            self.unequal[literal] = self.unequal.get(literal, 0) | bit
+        kind = conjunct.literals[0][0]
+        if conjunct.test == "unequal":
+            self.unequal[conjunct.literals[0]] = self.unequal.get(conjunct.literals[0], 0) | bit
+            return
+        every, passing = (
+            (self.equal_any, self.equal)
+            if conjunct.test == "equal"
+            else (self.member_any, self.member)
+        )
+        every[kind] = every.get(kind, 0) | bit
+        for literal in conjunct.literals:
+            passing[literal] = passing.get(literal, 0) | bit
 
     def rules(self) -> int:
         """Every rule this path can exclude."""
-        masks = [*self.equal.values(), *self.unequal.values()]
+        masks = [*self.equal_any.values(), *self.unequal.values(), *self.member_any.values()]
         return functools.reduce(operator.or_, masks, 0)
 
     def excluded(self, literal: Literal) -> int:
         """The rules certainly false when the activation holds ``literal`` at this path."""
         differs = self.equal_any.get(literal[0], 0) & ~self.equal.get(literal, 0)
         return differs | self.unequal.get(literal, 0)
+
+    def excluded_by_list(self, items: list[Any]) -> int:
+        """The ``member`` rules certainly false when the activation holds the list ``items``:
+        those whose literal it lacks, when every item is of the literal's CEL type."""
+        if not items:
+            return functools.reduce(operator.or_, self.member_any.values(), 0)
+        kind = type(items[0])
+        name = _KINDS.get(kind)
+        if name is None or len(items) > _MAX_ITEMS:
+            return 0
+        passing = 0
+        for item in items:
+            if type(item) is not kind or (kind is int and not _INT_MIN <= item < _INT_END):
+                return 0
+            passing |= self.member.get((name, item), 0)
+        return self.member_any.get(name, 0) & ~passing
 
 
 class RuleIndex(Generic[Rule]):
@@ -183,6 +250,8 @@ class RuleIndex(Generic[Rule]):
                 excluded |= path.excluded(("bool", value))
             elif kind is int and _INT_MIN <= value < _INT_END:
                 excluded |= path.excluded(("int", value))
+            elif kind is list and path.member_any:
+                excluded |= path.excluded_by_list(value)
         return excluded
 
     def runnable(self, excluded: int) -> tuple[Rule, ...]:
