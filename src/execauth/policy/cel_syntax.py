@@ -10,6 +10,7 @@ runs only on source that ``cel.compile`` accepted. Anything it cannot read raise
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -79,6 +80,10 @@ class _Token:
     string: tuple[str, bool] | None = None  # a string literal's (value, is bytes)
 
 
+# Publishing reads each condition three times (names, cost, the rule index): the trees
+# of the last few documents' conditions are kept (a tree is immutable; a failure is not
+# kept and is raised again).
+@functools.lru_cache(maxsize=2048)
 def parse(source: str) -> Node:
     """The syntax tree of ``source``; ``CelSyntaxError`` when it cannot be read."""
     parser = _Parser(_tokenize(source))
