@@ -25,6 +25,7 @@ import cel
 
 from execauth.canonical import CanonicalizationError, canonical_json
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy.cel_syntax import parse
 from execauth.policy.constraints import value_problem
 from execauth.policy.cost import (
     MAX_EVALUATION_COST,
@@ -189,6 +190,9 @@ def compile_policy(
                 tuple(rules),
             )
         )
+    # The trees served this document's three readings (names, cost, rule index); kept,
+    # thousands of them would be walked by every full garbage collection of the process.
+    parse.cache_clear()
     if problems:
         raise PolicyInvalid(problems)
     return CompiledPolicy(ref, tuple(blocks))
