@@ -773,7 +773,7 @@ def main() -> int:
     parser.add_argument(
         "--scenarios",
         default="",
-        help="also run scenarios (bench/scenarios.py): comma-separated of fixed-rate, "
+        help="also run scenarios (bench/scenarios.py): comma-separated of fixed-rate, one-client, "
         "retry-storm, mix, two-instances, or 'all'",
     )
     parser.add_argument(
@@ -822,7 +822,7 @@ def main() -> int:
     scenario_results: list[dict[str, Any]] = []
     chosen_scenarios = {s.strip() for s in args.scenarios.split(",") if s.strip()}
     if chosen_scenarios == {"all"}:
-        chosen_scenarios = {"fixed-rate", "retry-storm", "mix", "two-instances"}
+        chosen_scenarios = {"fixed-rate", "one-client", "retry-storm", "mix", "two-instances"}
     try:
         if "execauth" in targets:
             db = f"sqlite:///{workdir / 'execauth.db'}"

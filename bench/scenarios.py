@@ -11,6 +11,9 @@
   it. Compared with the unique-key peak of the same run (``-t2 -c32``).
 - **mix**: 16 PERMIT, 3 DENY (rule ``wrong-branch``) and 1 SILENCE (the block's
   required ``context.branch`` missing) in every 20 requests, unique keys.
+- **one-client**: one client that sends its next request when the answer comes
+  (``hey -c 1``), for execauth and Cerbos: the latency of a decision with no queue in
+  front of it, what a CI job or an agent asking one thing at a time sees.
 - **two-instances**: two ``execauth serve`` instances on one PostgreSQL database,
   ``--workers`` split between them, the same organization and key, one wrk client
   (``-t1 -c16``) on each; the sum is the figure.
@@ -44,7 +47,7 @@ from run import (  # type: ignore[import-not-found]
     wrk_body_sample,
 )
 
-SCENARIOS = ("fixed-rate", "retry-storm", "mix", "two-instances")
+SCENARIOS = ("fixed-rate", "one-client", "retry-storm", "mix", "two-instances")
 FIXED_RATE_SHARES = (0.25, 0.50, 0.75)
 HEY_WORKERS = 16
 CERBOS_BODY = {
@@ -76,7 +79,7 @@ def run_scenarios(
     unknown = chosen - set(SCENARIOS)
     if unknown:
         raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    sqlite_needed = chosen & {"retry-storm", "mix", "fixed-rate"}
+    sqlite_needed = chosen & {"retry-storm", "mix", "fixed-rate", "one-client"}
     if sqlite_needed:
         db = f"sqlite:///{workdir / 'scenarios.db'}"
         with execauth_server(workdir, db, "execauth-scenarios", workers) as server:
@@ -89,6 +92,8 @@ def run_scenarios(
                 results.append({"scenario": "mix", **_summary(row)})
             if "fixed-rate" in chosen:
                 results.append(fixed_rate(server, workdir, load, peak_rows))
+            if "one-client" in chosen:
+                results.append(one_client(server, workdir, load))
     if "two-instances" in chosen:
         results.append(two_instances(workdir, load, workers))
     return results
@@ -162,11 +167,46 @@ def fixed_rate(
     return {"scenario": "fixed-rate", "cerbos_peak_rps": cerbos_peak, "points": points}
 
 
+def one_client(server: Server, workdir: Path, load: Load) -> dict[str, Any]:
+    """``hey -c 1``: each request sent when the previous answer came, execauth and Cerbos."""
+    if shutil.which("hey") is None:
+        raise RuntimeError("hey is not installed: apt-get install -y hey")
+    body_path = workdir / "execute.json"
+    body_path.write_text(wrk_body_sample())
+    cerbos_path = workdir / "cerbos.json"
+    cerbos_path.write_text(json.dumps(CERBOS_BODY))
+    seconds = max(load.duration // 2, 5)
+    points: list[dict[str, Any]] = []
+    headers = [f"Authorization: Bearer {server.extra['api_key']}"]
+    point = run_hey(server, server.url + "/v1/execute", body_path, headers, None, seconds, 1)
+    points.append({"target": "execauth", **point})
+    with cerbos_server(workdir) as cerbos:
+        url = cerbos.url + "/api/check/resources"
+        points.append(
+            {"target": "cerbos", **run_hey(cerbos, url, cerbos_path, [], None, seconds, 1)}
+        )
+    for p in points:
+        log(
+            f"one client, {p['target']}: {p['rps']:,.0f} req/s, p50 {p['p50_ms']:.2f} ms, "
+            f"p90 {p['p90_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms, errors {p['errors']}"
+        )
+    return {"scenario": "one-client", "points": points}
+
+
 def run_hey(
-    server: Server, url: str, body: Path, headers: list[str], rate: int, seconds: int
+    server: Server,
+    url: str,
+    body: Path,
+    headers: list[str],
+    rate: int | None,
+    seconds: int,
+    workers: int = HEY_WORKERS,
 ) -> dict[str, Any]:
-    per_worker = max(rate / HEY_WORKERS, 0.1)
-    argv = ["hey", "-z", f"{seconds}s", "-c", str(HEY_WORKERS), "-q", f"{per_worker:.2f}"]
+    """hey for ``seconds``: ``workers`` clients offering ``rate`` requests/s in all, or,
+    with ``rate`` None, each sending its next request when the answer comes."""
+    argv = ["hey", "-z", f"{seconds}s", "-c", str(workers)]
+    if rate is not None:
+        argv += ["-q", f"{max(rate / workers, 0.1):.2f}"]
     argv += ["-m", "POST", "-T", "application/json", "-D", str(body), "-t", "10", "-o", "csv"]
     for header in headers:
         argv += ["-H", header]
@@ -193,7 +233,7 @@ def run_hey(
         raise RuntimeError(f"hey recorded no responses:\n{result.stderr}")
     latencies.sort()
     return {
-        "offered_rps": rate,
+        "offered_rps": rate,  # None: as fast as the answers come
         "rps": len(latencies) / elapsed,
         "requests": len(latencies),
         "p50_ms": _percentile(latencies, 50),
@@ -320,9 +360,13 @@ def scenario_table(results: list[dict[str, Any]], peak_rows: list[dict[str, Any]
         )
     for r in results:
         name = r["scenario"]
-        if name == "fixed-rate":
+        if name in ("fixed-rate", "one-client"):
             for p in r["points"]:
-                label = f"fixed {p['target']} {p['offered_rps']:,}/s"
+                label = (
+                    f"fixed {p['target']} {p['offered_rps']:,}/s"
+                    if name == "fixed-rate"
+                    else f"one client, {p['target']}"
+                )
                 lines.append(
                     f"{label:<26} {p['rps']:>8,.0f} {p['p50_ms']:>8.2f} {p['p99_ms']:>8.2f} "
                     f"{p['errors']:>7} {p['server_cpu_us_per_request']:>6.0f}µs"
