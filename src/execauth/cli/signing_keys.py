@@ -26,6 +26,7 @@ from execauth.keyring import (
 from execauth.serving.runtime import open_stores
 from execauth.store.signing_keys import SigningKeyStore
 from execauth.tenancy.audit import AuditEvent, cli_actor
+from execauth.wire_time import format_timestamp
 
 app = typer.Typer(help="Manage the Ed25519 keys that sign receipts.", no_args_is_help=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -63,9 +64,9 @@ def rotate() -> None:
     new_key = generate_signing_key(secret, signs_from)
     retire_at = new_key.created_at + ROTATION_OVERLAP
     retired = store.rotate(new_key, retire_at, cli_actor(), now=now)
-    typer.echo(f"new signing key {new_key.key_id} signs from {new_key.created_at.isoformat()}")
+    typer.echo(f"new signing key {new_key.key_id} signs from {format_timestamp(signs_from)}")
     for key_id in retired:
-        typer.echo(f"retiring {key_id} at {retire_at.isoformat()}")
+        typer.echo(f"retiring {key_id} at {format_timestamp(retire_at)}")
 
 
 @app.command("revoke")
