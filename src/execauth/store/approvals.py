@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, Engine, and_, select, update
+from sqlalchemy import Connection, Engine, and_, exists, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from ulid import ULID
 
@@ -95,6 +95,16 @@ class Ballot:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class UnsettledEscalation:
+    """An ESCALATE execution whose approval is not final yet, as the expiry sweep reads it."""
+
+    decided_at_ms: int
+    org_id: str
+    execution_id: str
+    receipt: bytes
+
+
 class ApprovalStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -156,6 +166,46 @@ class ApprovalStore:
         )
         with self.engine.connect() as conn:
             return [row[0] for row in conn.execute(query)]
+
+    def unsettled_escalations(
+        self, after: tuple[int, str] | None, limit: int
+    ) -> list[UnsettledEscalation]:
+        """Up to ``limit`` ESCALATE executions of every org whose approval is not final,
+        oldest first, after ``after`` ((decided_at_ms, execution_id) of the last one seen).
+
+        The expiry sweep's walk (``usecases/approval_sweep.py``), along the partial index
+        ``ix_executions_escalations``.
+        """
+        final = exists().where(
+            approvals.c.execution_id == executions.c.execution_id,
+            approvals.c.state.in_(FINAL_STATES),
+        )
+        query = (
+            select(
+                executions.c.decided_at_ms,
+                executions.c.org_id,
+                executions.c.execution_id,
+                executions.c.receipt,
+            )
+            .where(executions.c.decision == "ESCALATE", ~final)
+            .order_by(executions.c.decided_at_ms, executions.c.execution_id)
+            .limit(limit)
+        )
+        if after is not None:
+            at, execution_id = after
+            query = query.where(
+                or_(
+                    executions.c.decided_at_ms > at,
+                    and_(
+                        executions.c.decided_at_ms == at, executions.c.execution_id > execution_id
+                    ),
+                )
+            )
+        with self.engine.connect() as conn:
+            return [
+                UnsettledEscalation(int(at), org_id, execution_id, bytes(receipt))
+                for at, org_id, execution_id, receipt in conn.execute(query)
+            ]
 
     def _change(
         self,

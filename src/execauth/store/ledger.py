@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Column, Connection, Engine, func, select, union_all
+from sqlalchemy import Column, Connection, Engine, func, or_, select, union_all
+from sqlalchemy.sql.elements import ColumnElement
 
 from execauth.ledger.merkle import (
     EMPTY_ROOT,
@@ -33,7 +34,7 @@ from execauth.ledger.merkle import (
 )
 from execauth.receipts import signing_payload
 from execauth.store.database import in_format_style
-from execauth.store.tables import log_checkpoints, log_leaves, log_nodes
+from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
 
@@ -225,6 +226,27 @@ def _frontiers(conn: Connection, sql: _Statements, org_ids: list[str]) -> dict[s
     return frontiers
 
 
+@dataclass(frozen=True, slots=True)
+class DecidedSpan:
+    """The log indexes [first, end) holding a time range's sequenced receipts (first ==
+    end: none), and how many of the range are not sequenced under the size asked."""
+
+    first: int
+    end: int
+    pending: int
+
+
+def _decided_in(
+    org_id: str, since: datetime | None, until: datetime | None
+) -> list[ColumnElement[bool]]:
+    where = [executions.c.org_id == org_id]
+    if since is not None:
+        where.append(executions.c.decided_at_ms >= int(since.timestamp() * 1000))
+    if until is not None:
+        where.append(executions.c.decided_at_ms < int(until.timestamp() * 1000))
+    return where
+
+
 class LogStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -255,14 +277,56 @@ class LogStore:
             row = conn.execute(query).first()
         return LeafPosition(row[0], bytes(row[1])) if row is not None else None
 
-    def leaf_hashes(self, org_id: str, size: int) -> list[bytes]:
+    def leaf_hashes(self, org_id: str, size: int, *, start: int = 0) -> list[bytes]:
+        """The leaf hashes of the log's [start, size), in log order."""
         query = (
             select(log_leaves.c.leaf_hash)
-            .where(log_leaves.c.org_id == org_id, log_leaves.c.log_index < size)
+            .where(
+                log_leaves.c.org_id == org_id,
+                log_leaves.c.log_index >= start,
+                log_leaves.c.log_index < size,
+            )
             .order_by(log_leaves.c.log_index)
         )
         with self.engine.connect() as conn:
             return [bytes(h) for h in conn.execute(query).scalars()]
+
+    def decided_span(
+        self, org_id: str, since: datetime | None, until: datetime | None, size: int
+    ) -> DecidedSpan:
+        """Where the receipts decided in [since, until) lie in a log of ``size`` leaves."""
+        in_range = _decided_in(org_id, since, until)
+        sequenced = executions.c.log_index < size
+        with self.engine.connect() as conn:
+            first, last = conn.execute(
+                select(func.min(executions.c.log_index), func.max(executions.c.log_index)).where(
+                    *in_range, sequenced
+                )
+            ).one()
+            pending = conn.execute(
+                select(func.count()).where(
+                    *in_range,
+                    or_(executions.c.log_index.is_(None), executions.c.log_index >= size),
+                )
+            ).scalar_one()
+        if first is None:
+            return DecidedSpan(0, 0, int(pending))
+        return DecidedSpan(int(first), int(last) + 1, int(pending))
+
+    def sequenced_receipts(self, org_id: str, start: int, end: int) -> list[tuple[int, bytes]]:
+        """(log index, stored receipt bytes) of the log's [start, end), in log order."""
+        query = (
+            select(log_leaves.c.log_index, executions.c.receipt)
+            .join(executions, executions.c.execution_id == log_leaves.c.execution_id)
+            .where(
+                log_leaves.c.org_id == org_id,
+                log_leaves.c.log_index >= start,
+                log_leaves.c.log_index < end,
+            )
+            .order_by(log_leaves.c.log_index)
+        )
+        with self.engine.connect() as conn:
+            return [(int(index), bytes(receipt)) for index, receipt in conn.execute(query)]
 
     def subtree_roots(self, org_id: str) -> SubtreeReader:
         return SubtreeReader(self.engine, org_id)

@@ -25,12 +25,9 @@ from datetime import datetime
 import anyio
 import anyio.to_thread
 import msgspec
-from sqlalchemy import and_, exists, or_, select
 
-from execauth.approvals import FINAL_STATES
 from execauth.receipts import approval_id_for
 from execauth.store.approvals import ApprovalStore, OutcomeIssuer
-from execauth.store.tables import approvals, executions
 from execauth.wire_time import parse_timestamp
 
 log = logging.getLogger("execauth.approvals")
@@ -64,25 +61,27 @@ class ApprovalSweep:
     def run_once(self) -> SweepResult:
         """One bounded pass (blocking: call it on a worker thread)."""
         now = self._clock()
-        candidates = self._candidates()
+        candidates = self._store.unsettled_escalations(self._after, self._batch)
         # A short page means the walk reached the newest escalation: start over next time,
         # so an approval that was not yet expired when passed is looked at again.
-        self._after = (
-            (candidates[-1][0], candidates[-1][2]) if len(candidates) == self._batch else None
-        )
+        last = candidates[-1] if len(candidates) == self._batch else None
+        self._after = (last.decided_at_ms, last.execution_id) if last is not None else None
         settled = failed = 0
-        for _decided_at_ms, org_id, execution_id, receipt in candidates:
+        for candidate in candidates:
             try:
-                expires_at = parse_timestamp(msgspec.json.decode(receipt)["approval_expires_at"])
+                receipt = msgspec.json.decode(candidate.receipt)
+                expires_at = parse_timestamp(receipt["approval_expires_at"])
             except (KeyError, ValueError, msgspec.DecodeError):
                 # Cannot be judged by time; left pending (never a PERMIT), and said so.
-                log.warning("escalation %s has no readable approval_expires_at", execution_id)
+                log.warning(
+                    "escalation %s has no readable approval_expires_at", candidate.execution_id
+                )
                 continue
             if now < expires_at:
                 continue
-            approval_id = approval_id_for(execution_id)
+            approval_id = approval_id_for(candidate.execution_id)
             try:
-                approval = self._store.settle(org_id, approval_id, now, self._issue)
+                approval = self._store.settle(candidate.org_id, approval_id, now, self._issue)
             except Exception:
                 # A signing key unavailable, the database gone for a moment: the receipt
                 # is not issued, the approval stays pending (never a PERMIT), retried later.
@@ -94,38 +93,6 @@ class ApprovalSweep:
         if settled or failed:
             log.info("approval sweep: %d settled, %d failed", settled, failed)
         return SweepResult(len(candidates), settled, failed)
-
-    def _candidates(self) -> list[tuple[int, str, str, bytes]]:
-        final = exists().where(
-            approvals.c.execution_id == executions.c.execution_id,
-            approvals.c.state.in_(FINAL_STATES),
-        )
-        query = (
-            select(
-                executions.c.decided_at_ms,
-                executions.c.org_id,
-                executions.c.execution_id,
-                executions.c.receipt,
-            )
-            .where(executions.c.decision == "ESCALATE", ~final)
-            .order_by(executions.c.decided_at_ms, executions.c.execution_id)
-            .limit(self._batch)
-        )
-        if self._after is not None:
-            at, execution_id = self._after
-            query = query.where(
-                or_(
-                    executions.c.decided_at_ms > at,
-                    and_(
-                        executions.c.decided_at_ms == at, executions.c.execution_id > execution_id
-                    ),
-                )
-            )
-        with self._store.engine.connect() as conn:
-            return [
-                (int(at), org_id, execution_id, bytes(receipt))
-                for at, org_id, execution_id, receipt in conn.execute(query)
-            ]
 
 
 async def run_sweep(sweep: ApprovalSweep, interval_seconds: float) -> None:

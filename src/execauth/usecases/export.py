@@ -13,14 +13,11 @@ stored receipt bytes go into the JSON as they are (they are the JSON the service
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import msgspec
-from sqlalchemy import func, or_, select
-from sqlalchemy.sql.elements import ColumnElement
 
 from execauth.keyring import key_list_document
 from execauth.ledger.bundle import BUNDLE_FORMAT
@@ -28,7 +25,6 @@ from execauth.ledger.merkle import inclusion_proof
 from execauth.serving.runtime import Runtime
 from execauth.serving.sequencer import log_origin
 from execauth.store.ledger import StoredCheckpoint
-from execauth.store.tables import executions, log_leaves
 from execauth.wire_time import format_timestamp
 
 # Receipts (and their proofs) per chunk, and leaf hashes per chunk: each chunk is one
@@ -100,24 +96,8 @@ def bundle_scope(
     """
     checkpoint = runtime.logs.latest_checkpoint(org_id)
     size = checkpoint.tree_size if checkpoint is not None else 0
-    in_range = _decided_in(org_id, since, until)
-    sequenced = executions.c.log_index < size
-    with runtime.engine.connect() as conn:
-        first, last = conn.execute(
-            select(func.min(executions.c.log_index), func.max(executions.c.log_index)).where(
-                *in_range, sequenced
-            )
-        ).one()
-        pending = conn.execute(
-            select(func.count()).where(
-                *in_range, or_(executions.c.log_index.is_(None), executions.c.log_index >= size)
-            )
-        ).scalar_one()
-    if first is None:
-        first = last = -1
-    return BundleScope(
-        org_id, since, until, now, checkpoint, int(first), int(last) + 1, int(pending)
-    )
+    span = runtime.logs.decided_span(org_id, since, until, size)
+    return BundleScope(org_id, since, until, now, checkpoint, span.first, span.end, span.pending)
 
 
 def bundle_chunks(runtime: Runtime, scope: BundleScope) -> Iterator[bytes]:
@@ -149,29 +129,8 @@ def bundle_chunks(runtime: Runtime, scope: BundleScope) -> Iterator[bytes]:
     yield b"]}\n"
 
 
-def _decided_in(
-    org_id: str, since: datetime | None, until: datetime | None
-) -> list[ColumnElement[bool]]:
-    where = [executions.c.org_id == org_id]
-    if since is not None:
-        where.append(executions.c.decided_at_ms >= int(since.timestamp() * 1000))
-    if until is not None:
-        where.append(executions.c.decided_at_ms < int(until.timestamp() * 1000))
-    return where
-
-
 def _leaf_hashes(runtime: Runtime, org_id: str, start: int, end: int) -> list[bytes]:
-    query = (
-        select(log_leaves.c.leaf_hash)
-        .where(
-            log_leaves.c.org_id == org_id,
-            log_leaves.c.log_index >= start,
-            log_leaves.c.log_index < end,
-        )
-        .order_by(log_leaves.c.log_index)
-    )
-    with runtime.engine.connect() as conn:
-        hashes = [bytes(h) for h in conn.execute(query).scalars()]
+    hashes = runtime.logs.leaf_hashes(org_id, end, start=start)
     if len(hashes) != end - start:
         # The checkpoint commits to these leaves: a hole is corruption, never a shorter log.
         raise LookupError(f"log {org_id}: leaves [{start}, {end}) are incomplete")
@@ -180,22 +139,11 @@ def _leaf_hashes(runtime: Runtime, org_id: str, start: int, end: int) -> list[by
 
 def _receipt_entries(runtime: Runtime, scope: BundleScope, start: int, end: int) -> list[bytes]:
     """``{"log_index", "receipt", "inclusion_path"}`` of the log's [start, end), as JSON."""
-    query = (
-        select(log_leaves.c.log_index, executions.c.receipt)
-        .join(executions, executions.c.execution_id == log_leaves.c.execution_id)
-        .where(
-            log_leaves.c.org_id == scope.org_id,
-            log_leaves.c.log_index >= start,
-            log_leaves.c.log_index < end,
-        )
-        .order_by(log_leaves.c.log_index)
-    )
-    with runtime.engine.connect() as conn:
-        rows: Sequence[Any] = conn.execute(query).all()
-    paths = _inclusion_paths(runtime, scope, [row[0] for row in rows])
+    rows = runtime.logs.sequenced_receipts(scope.org_id, start, end)
+    paths = _inclusion_paths(runtime, scope, [index for index, _ in rows])
     return [
         b'{"log_index":%d,"receipt":%s,"inclusion_path":%s}'
-        % (index, bytes(receipt), msgspec.json.encode([h.hex() for h in path]))
+        % (index, receipt, msgspec.json.encode([h.hex() for h in path]))
         for (index, receipt), path in zip(rows, paths, strict=True)
     ]
 
