@@ -247,6 +247,15 @@ def _decided_in(
     return where
 
 
+def _log_span(org_id: str, start: int, end: int) -> list[ColumnElement[bool]]:
+    """The leaves of ``org_id``'s log at indexes [start, end)."""
+    return [
+        log_leaves.c.org_id == org_id,
+        log_leaves.c.log_index >= start,
+        log_leaves.c.log_index < end,
+    ]
+
+
 class LogStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -281,11 +290,7 @@ class LogStore:
         """The leaf hashes of the log's [start, size), in log order."""
         query = (
             select(log_leaves.c.leaf_hash)
-            .where(
-                log_leaves.c.org_id == org_id,
-                log_leaves.c.log_index >= start,
-                log_leaves.c.log_index < size,
-            )
+            .where(*_log_span(org_id, start, size))
             .order_by(log_leaves.c.log_index)
         )
         with self.engine.connect() as conn:
@@ -318,11 +323,7 @@ class LogStore:
         query = (
             select(log_leaves.c.log_index, executions.c.receipt)
             .join(executions, executions.c.execution_id == log_leaves.c.execution_id)
-            .where(
-                log_leaves.c.org_id == org_id,
-                log_leaves.c.log_index >= start,
-                log_leaves.c.log_index < end,
-            )
+            .where(*_log_span(org_id, start, end))
             .order_by(log_leaves.c.log_index)
         )
         with self.engine.connect() as conn:
