@@ -8,11 +8,12 @@ short here (fractions of a second) so that the tests wait for them, not around t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import httpx
@@ -20,10 +21,10 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from execauth.api.server_limits import LimitedConfig, ServerLimits
+from execauth.api.server_limits import HeadWithBodyTransport, LimitedConfig, ServerLimits
 from tests.serving import free_port
 
 LIMITS = ServerLimits(
@@ -43,7 +44,21 @@ async def _hello(request: Request) -> PlainTextResponse:
     return PlainTextResponse("hello")
 
 
-APP = Starlette(routes=[Route("/", _hello), Route("/echo", _echo, methods=["POST"])])
+async def _slow_stream(request: Request) -> StreamingResponse:
+    async def chunks() -> AsyncIterator[bytes]:
+        await asyncio.sleep(1.0)
+        yield b"late"
+
+    return StreamingResponse(chunks(), media_type="text/plain")
+
+
+APP = Starlette(
+    routes=[
+        Route("/", _hello),
+        Route("/echo", _echo, methods=["POST"]),
+        Route("/slow-stream", _slow_stream),
+    ]
+)
 
 
 class Running:
@@ -211,3 +226,62 @@ def test_half_sent_connections_at_the_cap_do_not_keep_new_clients_out() -> None:
         while httpx.get(running.url).status_code != 200:
             assert time.monotonic() < deadline, "half-sent connections kept the cap full"
             time.sleep(0.1)
+
+
+# --- one write per response -------------------------------------------------------------
+class RecordingTransport(asyncio.Transport):
+    """The connection under a response cycle: what was written, in how many writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+@pytest.mark.anyio
+async def test_a_response_head_leaves_with_its_body_in_one_write() -> None:
+    recorded = RecordingTransport()
+    transport = HeadWithBodyTransport(recorded, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    transport.write(b"{}")
+    assert recorded.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+    await asyncio.sleep(0)  # the turn ends: nothing is left to send
+    assert len(recorded.writes) == 1
+
+
+@pytest.mark.anyio
+async def test_a_head_whose_body_is_late_leaves_at_the_end_of_the_turn() -> None:
+    recorded = RecordingTransport()
+    transport = HeadWithBodyTransport(recorded, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    assert recorded.writes == []
+    await asyncio.sleep(0)
+    assert recorded.writes == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+    transport.write(b"4\r\nlate\r\n")
+    assert recorded.writes[1:] == [b"4\r\nlate\r\n"]
+
+
+@pytest.mark.anyio
+async def test_closing_sends_a_held_head_first() -> None:
+    recorded = RecordingTransport()
+    transport = HeadWithBodyTransport(recorded, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    transport.close()
+    assert recorded.writes == [b"HTTP/1.1 204 No Content\r\n\r\n"]
+    assert recorded.closed
+
+
+def test_a_streamed_answer_sends_its_head_before_its_body_is_ready(server: Running) -> None:
+    sock = server.connect()
+    sock.sendall(b"GET /slow-stream HTTP/1.1\r\nhost: x\r\n\r\n")
+    sock.settimeout(0.8)  # the body comes after 1 s; the head must not wait for it
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")

@@ -17,6 +17,10 @@ protocol with what it lacks (docs/operations.md, "Server limits"):
 
 These answers happen before there is a request for the app to see, so they are
 written here, in the flat error shape of profile A, and always close the connection.
+
+The protocol also sends each response's head and body in one write (``HeadWithBodyTransport``):
+uvicorn writes the head as soon as the app starts its response, then the body, which is
+two system calls and two TCP segments for every answer.
 The limits travel to every worker of ``serve --workers N`` inside the uvicorn
 ``Config`` (``LimitedConfig``), which uvicorn pickles for each worker process.
 """
@@ -125,6 +129,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._arm(self._limits.request_timeout_seconds)  # now for the body
         super().on_headers_complete()
+        if self.cycle is not None:
+            # The app's task starts on the next turn of the loop, so the cycle has not
+            # written anything yet.
+            self.cycle.transport = HeadWithBodyTransport(self.transport, self.loop)
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
@@ -194,3 +202,48 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # The app (if it started) sees a disconnect instead of more body.
             self.cycle.disconnected = True
             self.cycle.message_event.set()
+
+
+class HeadWithBodyTransport(asyncio.Transport):
+    """One response cycle's view of the connection: its head leaves with its body.
+
+    uvicorn writes a response's status line and headers when the app starts the response
+    and the body when the app sends it; the app sends both in the same turn of the event
+    loop. Each write is a system call and a TCP segment (the socket has Nagle off), and
+    the client wakes for each. Here the head is held until the next write and sent with
+    it. A body that does not come in the same turn (a streamed answer) does not hold the
+    head back: it leaves at the end of the turn, and closing the connection sends it first.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._head_sent = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._head_sent:
+            self._transport.write(data)
+        elif self._head is None:
+            self._head = bytes(data)
+            self._loop.call_soon(self._send_head)
+        else:
+            head, self._head, self._head_sent = self._head, None, True
+            self._transport.write(head + data)
+
+    def _send_head(self) -> None:
+        if self._head is not None:
+            head, self._head, self._head_sent = self._head, None, True
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def close(self) -> None:
+        self._send_head()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
