@@ -21,7 +21,12 @@ import pytest
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
 from execauth.serving.receipt_writer import ReceiptWriter
-from execauth.serving.remote_writer import RemoteReceiptWriter, WriterServer
+from execauth.serving.remote_writer import (
+    MAX_FRAME,
+    FrameBuffer,
+    RemoteReceiptWriter,
+    WriterServer,
+)
 from execauth.serving.runtime import Runtime
 from execauth.serving.write_path import remote_write_path
 from tests.conftest import Tenant, make_tenant, small_plans
@@ -52,7 +57,7 @@ class WriterSide:
     server: WriterServer | None = None
 
     async def start(self) -> None:
-        self.server = WriterServer(self.writer.write)
+        self.server = WriterServer(self.writer.submit)
         await self.server.start(self.socket_path)
 
     async def stop(self) -> None:
@@ -203,3 +208,29 @@ async def test_a_writer_that_cannot_store_is_503(
     response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
     assert_unavailable(response, "not accepting writes")
     writer_side.writer.start()
+
+
+# --- frames on the socket ---------------------------------------------------------------
+def framed(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_a_frame_cut_into_single_bytes_is_read_whole() -> None:
+    frames = FrameBuffer()
+    stream = framed(b"first") + framed(b"second")
+    read = [frame for byte in stream for frame in frames.feed(bytes([byte]))]
+    assert read == [b"first", b"second"]
+
+
+def test_every_frame_of_one_read_is_read() -> None:
+    stream = b"".join(framed(b"r%d" % n) for n in range(100))
+    assert FrameBuffer().feed(stream) == [b"r%d" % n for n in range(100)]
+
+
+def test_an_empty_frame_is_a_frame() -> None:
+    assert FrameBuffer().feed(framed(b"") + framed(b"x")) == [b"", b"x"]
+
+
+def test_a_frame_longer_than_the_limit_is_refused_before_it_arrives() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        FrameBuffer().feed((MAX_FRAME + 1).to_bytes(4, "big"))

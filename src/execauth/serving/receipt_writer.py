@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -43,12 +44,18 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+# What a committed (or failed) record's waiter is told, on its own event loop: the prior
+# execution for a taken idempotency key (else None), or the error (QuotaExceeded,
+# ServiceUnavailable). Never both.
+Settle = Callable[[PriorExecution | None, BaseException | None], None]
+
+
 @dataclass(slots=True)
 class _Pending:
     record: ExecutionRecord
     quota: QuotaCheck | None
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[PriorExecution | None]
+    settle: Settle
 
 
 class ReceiptWriter:
@@ -115,19 +122,34 @@ class ReceiptWriter:
         Returns the prior execution when the idempotency key is taken (not counted);
         raises ``QuotaExceeded`` when the quota is used up (nothing stored).
         """
-        if not self.running:
-            raise ServiceUnavailable("the receipt store is not accepting writes")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PriorExecution | None] = loop.create_future()
+        self.submit(record, quota, functools.partial(_settle_future, future), loop)
         # A timer on the future itself (asyncio.wait_for would add a wrapper future and
         # callbacks per request). A commit that lands after the deadline finds the future
         # done and answers nobody: the client already has its 503.
         deadline = loop.call_later(self.timeout_seconds, expire_unconfirmed, future)
-        self._queue.put(_Pending(record, quota, loop, future))
         try:
             return await future
         finally:
             deadline.cancel()
+
+    def submit(
+        self,
+        record: ExecutionRecord,
+        quota: QuotaCheck | None,
+        settle: Settle,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Queue ``record``; ``settle`` runs on ``loop`` once its batch committed or failed.
+
+        ``write`` without a coroutine, a future or a timer per record: the writer process
+        answers gateways' frames with it (``serving/remote_writer.py``), where the
+        gateway keeps the deadline. Raises ``ServiceUnavailable`` when not running.
+        """
+        if not self.running:
+            raise ServiceUnavailable("the receipt store is not accepting writes")
+        self._queue.put(_Pending(record, quota, loop, settle))
 
     # the writer thread ------------------------------------------------------
     def _run(self) -> None:
@@ -270,9 +292,21 @@ def _settle(outcomes: list[_Outcome]) -> None:
 
 def _resolve(outcomes: list[_Outcome]) -> None:
     for pending, result, error in outcomes:
-        if pending.future.done():
-            continue
-        if error is not None:
-            pending.future.set_exception(error)
-        else:
-            pending.future.set_result(result)
+        try:
+            pending.settle(result, error)
+        except Exception:
+            # One waiter's failure must not leave the rest of its batch unanswered.
+            log.exception("answering a committed receipt's waiter failed")
+
+
+def _settle_future(
+    future: asyncio.Future[PriorExecution | None],
+    result: PriorExecution | None,
+    error: BaseException | None,
+) -> None:
+    if future.done():
+        return  # past its deadline: the client already has its 503
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -20,16 +20,17 @@ lost connection, a dead writer or a reply that does not come in time is
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
 
 from execauth.errors import QuotaExceeded, ServiceUnavailable
-from execauth.serving.receipt_writer import expire_unconfirmed
+from execauth.serving.receipt_writer import Settle, expire_unconfirmed
 from execauth.store.executions import ExecutionRecord, PriorExecution
 from execauth.tenancy.quota import QuotaCheck
 
@@ -57,7 +58,8 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_request = msgspec.msgpack.Decoder(WriteRequest).decode
 _decode_reply = msgspec.msgpack.Decoder(WriteReply).decode
 
-Write = Callable[[ExecutionRecord, QuotaCheck | None], Awaitable[PriorExecution | None]]
+# ``ReceiptWriter.submit``: queue a record, be told on the loop once its batch committed.
+Submit = Callable[[ExecutionRecord, QuotaCheck | None, Settle, asyncio.AbstractEventLoop], None]
 
 
 def _frame(message: WriteRequest | WriteReply) -> bytes:
@@ -65,11 +67,36 @@ def _frame(message: WriteRequest | WriteReply) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}")
-    return await reader.readexactly(length)
+READ_SIZE = 256 * 1024
+
+
+class FrameBuffer:
+    """Whole frames out of a byte stream, however its reads cut them.
+
+    One read takes whatever has arrived (under load, many frames: a committed batch's
+    replies, many connections' records) instead of two awaited reads per frame.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The frames ``data`` completes; raises ``ValueError`` for one over ``MAX_FRAME``."""
+        buffer = self._buffer
+        buffer += data
+        frames: list[bytes] = []
+        start = 0
+        while len(buffer) - start >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+            end = start + _LENGTH.size + length
+            if len(buffer) < end:
+                break
+            frames.append(bytes(buffer[start + _LENGTH.size : end]))
+            start = end
+        del buffer[:start]
+        return frames
 
 
 class _Outbox:
@@ -100,8 +127,8 @@ class _Outbox:
 class WriterServer:
     """Accepts gateway connections and answers each ``WriteRequest`` once it is committed."""
 
-    def __init__(self, write: Write) -> None:
-        self._write = write
+    def __init__(self, submit: Submit) -> None:
+        self._submit = submit
         self._connections: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -127,45 +154,80 @@ class WriterServer:
         assert task is not None
         self._connections.add(task)
         self._idle.clear()
-        pending: set[asyncio.Task[None]] = set()
-        outbox = _Outbox(writer)
+        answering = _Answering(_Outbox(writer))
+        frames = FrameBuffer()
         try:
             while True:
                 try:
-                    request = _decode_request(await _read_frame(reader))
-                except (asyncio.IncompleteReadError, ConnectionError):
+                    data = await reader.read(READ_SIZE)
+                except ConnectionError:
                     return  # the gateway went away
-                one = asyncio.create_task(self._answer(request, outbox))
-                pending.add(one)
-                one.add_done_callback(pending.discard)
+                if not data:
+                    return
+                for frame in frames.feed(data):
+                    self._accept(_decode_request(frame), answering)
         except Exception:
             log.exception("a gateway connection sent something unreadable; closing it")
         finally:
             # Every record read is written and answered (if the gateway still listens):
             # its commit may already be under way.
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await answering.all_answered()
             writer.close()
             self._connections.discard(task)
             if not self._connections:
                 self._idle.set()
 
-    async def _answer(self, request: WriteRequest, out: _Outbox) -> None:
+    def _accept(self, request: WriteRequest, answering: _Answering) -> None:
+        """Hand the record to the writer thread; its reply leaves once the batch committed."""
+        loop = asyncio.get_running_loop()
+        answering.started()
         try:
-            prior = await self._write(request.record, request.quota)
-            reply = (
-                WriteReply(request.id, "stored")
-                if prior is None
-                else WriteReply(request.id, "repeat", prior)
+            self._submit(
+                request.record,
+                request.quota,
+                functools.partial(answering.answer, request.id),
+                loop,
             )
-        except QuotaExceeded:
-            reply = WriteReply(request.id, "quota")
-        except ServiceUnavailable as exc:
-            reply = WriteReply(request.id, "unavailable", detail=exc.message)
-        except Exception:
-            log.exception("writing a receipt failed")
-            reply = WriteReply(request.id, "unavailable", detail="the receipt could not be stored")
-        out.put(_frame(reply))
+        except Exception as exc:  # noqa: BLE001 - not queued (not running): a 503, never stored
+            answering.answer(request.id, None, exc)
+
+
+class _Answering:
+    """One gateway connection's records in flight, and their replies."""
+
+    def __init__(self, outbox: _Outbox) -> None:
+        self._outbox = outbox
+        self._in_flight = 0
+        self._none_in_flight = asyncio.Event()
+        self._none_in_flight.set()
+
+    def started(self) -> None:
+        self._in_flight += 1
+        self._none_in_flight.clear()
+
+    def answer(
+        self, request_id: int, prior: PriorExecution | None, error: BaseException | None
+    ) -> None:
+        if error is None:
+            reply = (
+                WriteReply(request_id, "stored")
+                if prior is None
+                else WriteReply(request_id, "repeat", prior)
+            )
+        elif isinstance(error, QuotaExceeded):
+            reply = WriteReply(request_id, "quota")
+        elif isinstance(error, ServiceUnavailable):
+            reply = WriteReply(request_id, "unavailable", detail=error.message)
+        else:
+            log.error("writing a receipt failed", exc_info=error)
+            reply = WriteReply(request_id, "unavailable", detail="the receipt could not be stored")
+        self._outbox.put(_frame(reply))
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._none_in_flight.set()
+
+    async def all_answered(self) -> None:
+        await self._none_in_flight.wait()
 
 
 # --- the gateway's side ------------------------------------------------------------------
@@ -245,13 +307,18 @@ class RemoteReceiptWriter:
     async def _read_replies(
         self, reader: asyncio.StreamReader, stream: asyncio.StreamWriter
     ) -> None:
+        frames = FrameBuffer()
         try:
             while True:
-                reply = _decode_reply(await _read_frame(reader))
-                future = self._waiting.get(reply.id)
-                if future is not None and not future.done():
-                    future.set_result(reply)
-        except (asyncio.IncompleteReadError, ConnectionError):
+                data = await reader.read(READ_SIZE)
+                if not data:
+                    raise ConnectionResetError("end of stream")
+                for frame in frames.feed(data):
+                    reply = _decode_reply(frame)
+                    future = self._waiting.get(reply.id)
+                    if future is not None and not future.done():
+                        future.set_result(reply)
+        except ConnectionError:
             log.warning("the receipt writer process closed the connection")
         except Exception:
             log.exception("unreadable reply from the receipt writer process")

@@ -87,7 +87,7 @@ async def _serve(
     *,
     drain_seconds: float,
 ) -> None:
-    server = WriterServer(writer.write)
+    server = WriterServer(writer.submit)
     await server.start(socket_path)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
