@@ -15,11 +15,12 @@ import pytest
 from sqlalchemy import select
 
 from execauth.config import PlanSettings, Settings
-from execauth.errors import QuotaExceeded, ServiceUnavailable
+from execauth.errors import QuotaExceeded, ServiceUnavailable, Unauthorized
 from execauth.request import ExecuteRequest, parse_execute_request
 from execauth.serving.runtime import Runtime, bootstrap
 from execauth.store.database import make_engine
 from execauth.store.tables import executions
+from execauth.tenancy.api_keys import generate_secret, hash_secret
 from execauth.tenancy.audit import PLATFORM_ADMIN
 from execauth.usecases.control_plane import ControlPlane
 from execauth.usecases.execute import ExecutionService, Principal
@@ -126,3 +127,35 @@ async def test_an_exhausted_quota_raises_quota_exceeded_and_stores_nothing(
 
     assert len(before) == FREE_EXECUTES
     assert stored(runtime, org_id) == before
+
+
+# --- the credential cache's secrets ----------------------------------------------------
+def test_a_secret_seen_before_is_found_by_the_same_hash(runtime: Runtime) -> None:
+    credentials = ExecutionService(runtime).credentials
+    secret = generate_secret()
+    first = credentials.secret_hash(secret)
+    assert first == hash_secret(runtime.secret, secret)
+    assert credentials.secret_hash(secret) == first
+
+
+def test_a_secret_one_character_off_a_known_one_is_malformed(runtime: Runtime) -> None:
+    credentials = ExecutionService(runtime).credentials
+    secret = generate_secret()
+    assert credentials.secret_hash(secret) is not None
+    last = secret[-1]
+    altered = secret[:-1] + ("a" if last != "a" else "b")  # the checksum no longer matches
+    assert credentials.secret_hash(altered) is None
+
+
+async def test_a_revoked_key_is_refused_though_its_secret_was_seen(runtime: Runtime) -> None:
+    service = ExecutionService(runtime)
+    plane = ControlPlane(service)
+    org = await plane.create_org("Acme", "free", "a", actor=PLATFORM_ADMIN)
+    key, secret = await plane.issue_key(
+        org.org_id, name="ci", role="execute", surfaces=None, expires_at=None, actor=PLATFORM_ADMIN
+    )
+    await service.authenticate(f"Bearer {secret}")
+    await plane.revoke_key(org.org_id, key.key_id, actor=PLATFORM_ADMIN)
+    with pytest.raises(Unauthorized):
+        await service.authenticate(f"Bearer {secret}")
+    service.rate_limiter.close()

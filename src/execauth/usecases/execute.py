@@ -93,6 +93,10 @@ class CredentialCache:
             self._load, ttl=ttl, max_entries=_MAX_CACHED_CREDENTIALS
         )
         self._last_use_written: dict[str, float] = {}
+        # Secrets seen well formed, with their keyed hash: a key used again (every request
+        # of a client) skips the checksum and the HMAC, about 7 µs. Bounded like the
+        # cache; what a secret grants is still looked up, and expires, through ``_entries``.
+        self._hashes: dict[str, str] = {}
         # serve --workers N: a revocation in one worker empties every worker's cache.
         self._changes = GenerationWatch(shared)
 
@@ -101,10 +105,23 @@ class CredentialCache:
         self._entries.invalidate()
         self._changes.announce()
 
-    async def principal(self, secret: str) -> Principal | None:
+    def secret_hash(self, secret: str) -> str | None:
+        """The keyed hash a stored key is found by; ``None`` for a malformed secret
+        (prefix, length, alphabet, checksum: refused without the database)."""
+        known = self._hashes.get(secret)
+        if known is not None:
+            return known
+        if not is_well_formed_secret(secret):
+            return None
+        if len(self._hashes) >= _MAX_CACHED_CREDENTIALS:
+            self._hashes.clear()
+        known = self._hashes[secret] = hash_secret(self._runtime.secret, secret)
+        return known
+
+    async def principal(self, secret_hash: str) -> Principal | None:
         if self._changes.changed_elsewhere():
             self._entries.invalidate()
-        return await self._entries.get(hash_secret(self._runtime.secret, secret))
+        return await self._entries.get(secret_hash)
 
     def _load(self, secret_hash: str) -> Principal | None:
         match = self._runtime.control.api_key_by_secret_hash(secret_hash)
@@ -196,9 +213,10 @@ class ExecutionService:
             raise Unauthorized("missing Authorization: Bearer <API key>")
         scheme, _, secret = authorization.partition(" ")
         secret = secret.strip()
-        if scheme.lower() != "bearer" or not is_well_formed_secret(secret):
+        secret_hash = self.credentials.secret_hash(secret) if scheme.lower() == "bearer" else None
+        if secret_hash is None:
             raise Unauthorized("malformed API key")
-        principal = await self.credentials.principal(secret)
+        principal = await self.credentials.principal(secret_hash)
         now = self.clock()
         if principal is None or not principal.match.is_usable(now):
             raise Unauthorized("unknown, expired, rotated-out or revoked API key")
