@@ -111,8 +111,8 @@ $(VENV)/.bench-installed: | $(VENV)/.runtime-installed
 	touch $@
 
 bench: $(VENV)/.runtime-installed $(VENV)/.bench-installed
-	@command -v wrk >/dev/null 2>&1 || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+	@command -v wrk >/dev/null 2>&1 && command -v hey >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk hey; }
 	@test -x bench/.cerbos/node_modules/@cerbos/cerbos-linux-x64/cerbos-linux-x64 || \
 		npm install --silent --no-save --no-audit --no-fund --prefix bench/.cerbos @cerbos/cerbos-linux-x64
 	$(BIN)/python bench/run.py $(ARGS)

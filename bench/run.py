@@ -448,14 +448,16 @@ def run_wrk(
     raise RuntimeError(f"wrk printed no {JSON_MARK.strip()} line:\n{result.stdout}")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
     """User + system CPU time of a process and its live children (uvicorn's workers),
-    all threads included (/proc/PID/stat)."""
+    all threads included (/proc/PID/stat); with ``system_only``, the kernel's part alone
+    (system calls, wake-ups: what a process hop costs besides the interpreter)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    total = ticks / os.sysconf("SC_CLK_TCK")
     for child in child_pids(pid):
         with contextlib.suppress(OSError):  # a child that ended meanwhile
-            total += cpu_seconds(child)
+            total += cpu_seconds(child, system_only=system_only)
     return total
 
 
@@ -486,9 +488,11 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         run_wrk(server.url, script, load, load.warmup, env_extra)
     log(f"{server.name}: wrk -t{load.threads} -c{load.connections} -d{load.duration}s")
     cpu_before = cpu_seconds(server.process.pid)
+    system_before = cpu_seconds(server.process.pid, system_only=True)
     by_process_before = cpu_by_process(server.process.pid)
     raw = run_wrk(server.url, script, load, load.duration, env_extra)
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
+    system_used = cpu_seconds(server.process.pid, system_only=True) - system_before
     by_process = {
         name: seconds - by_process_before.get(name, 0.0)
         for name, seconds in cpu_by_process(server.process.pid).items()
@@ -507,6 +511,8 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         "max_ms": lat["max"] / 1000,
         "server_cpu_percent": 100 * cpu_used / (raw["duration_us"] / 1e6),
         "server_cpu_us_per_request": 1e6 * cpu_used / max(raw["requests"], 1),
+        # Of that, the kernel's time: system calls and the wake-ups between processes.
+        "server_system_cpu_us_per_request": 1e6 * system_used / max(raw["requests"], 1),
         # Where the CPU went: the writer process against the gateways (serve --workers N).
         "server_cpu_us_per_request_by_process": {
             name: round(1e6 * seconds / max(raw["requests"], 1), 1)
@@ -526,6 +532,7 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
     log(
         f"{server.name}: CPU µs per request by process: "
         + ", ".join(f"{name} {us:.0f}" for name, us in split.items())
+        + f"; in the kernel (all processes) {row['server_system_cpu_us_per_request']:.0f}"
     )
     return row
 

@@ -76,7 +76,7 @@ def sign(org_id: str, tree_size: int, root_hash: bytes) -> str:
     return sign_checkpoint(checkpoint, [(origin, PUBLIC_KEY, SIGNER.sign)])
 
 
-@pytest.mark.parametrize(("batch", "orgs"), [(256, 1), (256, 16), (2000, 1)])
+@pytest.mark.parametrize(("batch", "orgs"), [(1, 1), (8, 1), (256, 1), (256, 16), (2000, 1)])
 def test_sequence_pending(benchmark: Any, engine: Engine, batch: int, orgs: int) -> None:
     cpu: list[float] = []
 
