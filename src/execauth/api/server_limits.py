@@ -17,12 +17,12 @@ protocol with what it lacks (docs/operations.md, "Server limits"):
 
 These answers happen before there is a request for the app to see, so they are
 written here, in the flat error shape of profile A, and always close the connection.
-
-The protocol also sends each response's head and body in one write (``HeadWithBodyTransport``):
-uvicorn writes the head as soon as the app starts its response, then the body, which is
-two system calls and two TCP segments for every answer.
 The limits travel to every worker of ``serve --workers N`` inside the uvicorn
 ``Config`` (``LimitedConfig``), which uvicorn pickles for each worker process.
+
+The protocol also sends each response's head and body in one write
+(``HeadWithBodyTransport``): uvicorn writes the head as soon as the app starts its
+response, then the body, two system calls and two TCP segments for every answer.
 """
 
 from __future__ import annotations
