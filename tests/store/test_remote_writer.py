@@ -9,7 +9,6 @@ time) the client gets 503 and no receipt; what it acknowledges is stored.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -33,8 +32,8 @@ from execauth.serving.remote_writer import (
 )
 from execauth.serving.runtime import Runtime
 from execauth.serving.write_path import remote_write_path
-from execauth.store.executions import ExecutionRecord
 from tests.conftest import Tenant, make_tenant, small_plans
+from tests.store.test_executions import record
 
 pytestmark = pytest.mark.anyio
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
@@ -244,7 +243,7 @@ def test_a_frame_longer_than_the_limit_is_refused_before_it_arrives() -> None:
 async def test_a_gateway_that_stops_sending_still_gets_every_reply_before_the_close(
     client: httpx.AsyncClient, tenant: Tenant, writer_side: WriterSide, runtime: Runtime
 ) -> None:
-    records = [stray_record(tenant.org_id, n) for n in range(3)]
+    records = [record(org_id=tenant.org_id) for _ in range(3)]
     reader, stream = await asyncio.open_unix_connection(writer_side.socket_path)
     stream.write(b"".join(framed(msgspec.msgpack.encode(WriteRequest(n, r, None)))
                           for n, r in enumerate(records)))  # fmt: skip
@@ -258,24 +257,3 @@ async def test_a_gateway_that_stops_sending_still_gets_every_reply_before_the_cl
         (2, "stored"),
     ]
     assert runtime.executions.count(tenant.org_id) == 3
-
-
-def stray_record(org_id: str, n: int) -> ExecutionRecord:
-    """A record as a gateway would send it (the writer stores what it is given)."""
-    return ExecutionRecord(
-        execution_id=f"service_exec_{n:026d}_{secrets.token_hex(4)}",
-        receipt_id=f"service_rcpt_{secrets.token_hex(8)}",
-        org_id=org_id,
-        idempotency_key=None,
-        request_digest="sha256:" + "0" * 64,
-        surface="deploy.production",
-        actor="release-bot",
-        decision="PERMIT",
-        policy_id="deploys",
-        policy_version=1,
-        rule_id="main-only",
-        reason=None,
-        decided_at_ms=1_795_000_000_000 + n,
-        evaluation_input="{}",
-        receipt=b'{"receipt_id":"x"}',
-    )

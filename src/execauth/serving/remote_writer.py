@@ -154,7 +154,7 @@ class WriterServer:
         assert task is not None
         self._connections.add(task)
         self._idle.clear()
-        answering = _Answering(_Outbox(writer))
+        answering = _Answering(_Outbox(writer), asyncio.get_running_loop())
         frames = FrameBuffer()
         try:
             while True:
@@ -179,14 +179,13 @@ class WriterServer:
 
     def _accept(self, request: WriteRequest, answering: _Answering) -> None:
         """Hand the record to the writer thread; its reply leaves once the batch committed."""
-        loop = asyncio.get_running_loop()
         answering.started()
         try:
             self._submit(
                 request.record,
                 request.quota,
                 functools.partial(answering.answer, request.id),
-                loop,
+                answering.loop,
             )
         except Exception as exc:  # noqa: BLE001 - not queued (not running): a 503, never stored
             answering.answer(request.id, None, exc)
@@ -195,8 +194,9 @@ class WriterServer:
 class _Answering:
     """One gateway connection's records in flight, and their replies."""
 
-    def __init__(self, outbox: _Outbox) -> None:
+    def __init__(self, outbox: _Outbox, loop: asyncio.AbstractEventLoop) -> None:
         self._outbox = outbox
+        self.loop = loop  # where the writer thread's batches call ``answer``
         self._in_flight = 0
         self._none_in_flight = asyncio.Event()
         self._none_in_flight.set()
@@ -208,26 +208,32 @@ class _Answering:
     def answer(
         self, request_id: int, prior: PriorExecution | None, error: BaseException | None
     ) -> None:
-        if error is None:
-            reply = (
-                WriteReply(request_id, "stored")
-                if prior is None
-                else WriteReply(request_id, "repeat", prior)
-            )
-        elif isinstance(error, QuotaExceeded):
-            reply = WriteReply(request_id, "quota")
-        elif isinstance(error, ServiceUnavailable):
-            reply = WriteReply(request_id, "unavailable", detail=error.message)
-        else:
-            log.error("writing a receipt failed", exc_info=error)
-            reply = WriteReply(request_id, "unavailable", detail="the receipt could not be stored")
-        self._outbox.put(_frame(reply))
-        self._in_flight -= 1
-        if not self._in_flight:
-            self._none_in_flight.set()
+        try:
+            self._outbox.put(_frame(_reply(request_id, prior, error)))
+        finally:
+            # Counted answered even if its reply could not be framed: the gateway's own
+            # deadline answers that request (503), and the connection can still close.
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._none_in_flight.set()
 
     async def all_answered(self) -> None:
         await self._none_in_flight.wait()
+
+
+def _reply(
+    request_id: int, prior: PriorExecution | None, error: BaseException | None
+) -> WriteReply:
+    if error is None:
+        if prior is None:
+            return WriteReply(request_id, "stored")
+        return WriteReply(request_id, "repeat", prior)
+    if isinstance(error, QuotaExceeded):
+        return WriteReply(request_id, "quota")
+    if isinstance(error, ServiceUnavailable):
+        return WriteReply(request_id, "unavailable", detail=error.message)
+    log.error("writing a receipt failed", exc_info=error)
+    return WriteReply(request_id, "unavailable", detail="the receipt could not be stored")
 
 
 # --- the gateway's side ------------------------------------------------------------------
