@@ -37,6 +37,8 @@ from execauth.store.executions import (
     ExecutionRecord,
     ExecutionStore,
     PriorExecution,
+    Repeat,
+    count_repeats,
     executes_in_period,
     prior_execution,
 )
@@ -106,6 +108,11 @@ def batch(engine: Engine, items: list[tuple[ExecutionRecord, QuotaCheck | None]]
 def single(engine: Engine, item: ExecutionRecord, check: QuotaCheck | None) -> Any:
     with engine.begin() as conn:
         return insert_execution(conn, item, check)
+
+
+def count_one_repeat(engine: Engine, execution_id: str, at: datetime) -> None:
+    with engine.begin() as conn:
+        count_repeats(conn, [Repeat(ORG, execution_id, at)])
 
 
 def stored_ids(engine: Engine) -> set[str]:
@@ -369,7 +376,7 @@ def test_repeats_of_an_execution_are_one_row_with_a_count_and_the_last_time(
     single(engine, first, None)
     reads = ExecutionStore(engine)
     for minute in range(1_000):
-        reads.record_repeat(ORG, first.execution_id, NOW + timedelta(minutes=minute))
+        count_one_repeat(engine, first.execution_id, NOW + timedelta(minutes=minute))
     with engine.connect() as conn:
         rows = conn.execute(select(func.count()).select_from(execution_repeats)).scalar_one()
         lineage_rows = conn.execute(select(func.count()).select_from(execution_events)).scalar_one()
@@ -384,8 +391,8 @@ def test_a_repeat_recorded_late_does_not_move_the_last_time_back(engine: Engine)
     first = record("late")
     single(engine, first, None)
     reads = ExecutionStore(engine)
-    reads.record_repeat(ORG, first.execution_id, NOW + timedelta(seconds=5))
-    reads.record_repeat(ORG, first.execution_id, NOW)  # another worker's, committed later
+    count_one_repeat(engine, first.execution_id, NOW + timedelta(seconds=5))
+    count_one_repeat(engine, first.execution_id, NOW)  # another worker's, committed later
     [repeats] = reads.lineage(ORG, first.execution_id)
     assert repeats.occurred_at == NOW + timedelta(seconds=5)
     assert repeats.details["repeats"] == 2
@@ -395,7 +402,7 @@ def test_repeats_are_listed_among_other_lineage_events_by_time(engine: Engine) -
     first = record("mixed")
     single(engine, first, None)
     reads = ExecutionStore(engine)
-    reads.record_repeat(ORG, first.execution_id, NOW + timedelta(seconds=10))
+    count_one_repeat(engine, first.execution_id, NOW + timedelta(seconds=10))
     reads.record_lineage(ORG, first.execution_id, "replay", NOW, {"matches": True})
     assert [e.kind for e in reads.lineage(ORG, first.execution_id)] == [
         "replay",

@@ -125,6 +125,17 @@ async def test_a_repeated_idempotency_key_gets_the_first_receipt(
     assert again.headers["Idempotent-Replayed"] == "true"
 
 
+async def test_a_repeat_answered_by_the_gateway_is_counted_by_the_writer_process(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    headers = tenant.auth | {"Idempotency-Key": "deploy-43"}
+    first = await client.post("/v1/execute", json=PERMIT, headers=headers)
+    for _ in range(2):
+        await client.post("/v1/execute", json=PERMIT, headers=headers)
+    events = runtime.executions.lineage(tenant.org_id, first.json()["execution_id"])
+    assert [(e.kind, e.details["repeats"]) for e in events] == [("idempotent_repeat", 2)]
+
+
 async def test_the_quota_is_enforced_through_the_writer_process(
     client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
 ) -> None:

@@ -7,6 +7,7 @@ calls. What is checked is read back from the database through a connection of it
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -15,13 +16,22 @@ import pytest
 from sqlalchemy import select
 
 from execauth.config import PlanSettings, Settings
-from execauth.errors import QuotaExceeded, ServiceUnavailable, Unauthorized
+from execauth.errors import (
+    Forbidden,
+    IdempotencyConflict,
+    QuotaExceeded,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from execauth.request import ExecuteRequest, parse_execute_request
 from execauth.serving.runtime import Runtime, bootstrap
+from execauth.serving.write_path import ReceiptSink
 from execauth.store.database import make_engine
+from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.store.tables import executions
 from execauth.tenancy.api_keys import generate_secret, hash_secret
 from execauth.tenancy.audit import PLATFORM_ADMIN
+from execauth.tenancy.quota import QuotaCheck
 from execauth.usecases.control_plane import ControlPlane
 from execauth.usecases.execute import ExecutionService, Principal
 from tests.conftest import DEPLOY_POLICY, Database, small_plans
@@ -127,6 +137,132 @@ async def test_an_exhausted_quota_raises_quota_exceeded_and_stores_nothing(
 
     assert len(before) == FREE_EXECUTES
     assert stored(runtime, org_id) == before
+
+
+# --- repeats answered from memory (usecases/recent_decisions.py) -----------------------
+class WatchedSink:
+    """The runtime's real sink, noting what it is handed: records to store, repeats to count."""
+
+    def __init__(self, sink: ReceiptSink) -> None:
+        self.sink = sink
+        self.records: list[ExecutionRecord] = []
+        self.repeats: list[Repeat] = []
+
+    def start(self) -> None:
+        self.sink.start()
+
+    def stop(self) -> None:
+        self.sink.stop()
+
+    async def ready(self) -> bool:
+        return await self.sink.ready()
+
+    async def write(
+        self, record: ExecutionRecord, quota: QuotaCheck | None = None
+    ) -> PriorExecution | None:
+        self.records.append(record)
+        return await self.sink.write(record, quota)
+
+    async def count_repeat(self, repeat: Repeat) -> None:
+        self.repeats.append(repeat)
+        await self.sink.count_repeat(repeat)
+
+
+@pytest.fixture
+def watched(runtime: Runtime) -> Iterator[WatchedSink]:
+    real = runtime.write_path.sink
+    runtime.write_path.sink = watched = WatchedSink(real)
+    yield watched
+    runtime.write_path.sink = real
+
+
+def repeats_counted(runtime: Runtime, org_id: str, execution_id: str) -> int:
+    events = [e for e in runtime.executions.lineage(org_id, execution_id)
+              if e.kind == "idempotent_repeat"]  # fmt: skip
+    return int(events[0].details["repeats"]) if events else 0
+
+
+async def test_a_repeat_of_a_key_decided_here_stores_no_record_and_is_counted(
+    caller: Caller, runtime: Runtime, watched: WatchedSink
+) -> None:
+    first = await caller.service.execute(caller.principal, staging_deploy("deploy-7"))
+    again = await caller.service.execute(caller.principal, staging_deploy("deploy-7"))
+
+    assert (again.receipt, again.repeated) == (first.receipt, True)
+    assert len(watched.records) == 1  # the repeat was neither signed nor sent to be stored
+    execution_id = msgspec.json.decode(first.receipt)["execution_id"]
+    assert [r.execution_id for r in watched.repeats] == [execution_id]
+    assert repeats_counted(runtime, caller.principal.org.org_id, execution_id) == 1
+
+
+async def test_requests_with_one_key_at_once_make_one_decision(
+    caller: Caller, runtime: Runtime, watched: WatchedSink
+) -> None:
+    results = await asyncio.gather(
+        *(caller.service.execute(caller.principal, staging_deploy("deploy-8")) for _ in range(5))
+    )
+
+    assert {r.receipt for r in results} == {results[0].receipt}
+    assert sorted(r.repeated for r in results) == [False, True, True, True, True]
+    assert len(watched.records) == 1
+    org_id = caller.principal.org.org_id
+    assert list(stored(runtime, org_id).values()) == [results[0].receipt]
+    execution_id = msgspec.json.decode(results[0].receipt)["execution_id"]
+    assert repeats_counted(runtime, org_id, execution_id) == 4
+
+
+async def test_another_request_under_a_key_decided_here_is_a_conflict(
+    caller: Caller, watched: WatchedSink
+) -> None:
+    await caller.service.execute(caller.principal, staging_deploy("deploy-9"))
+    other = parse_execute_request(
+        {"surface": "deploy.staging", "action": "deploy", "payload": {"amount": 4}}, "deploy-9"
+    )
+
+    with pytest.raises(IdempotencyConflict):
+        await caller.service.execute(caller.principal, other)
+    assert (len(watched.records), watched.repeats) == (1, [])
+
+
+async def test_repeats_waiting_on_a_refused_request_are_refused_too(
+    caller: Caller, runtime: Runtime
+) -> None:
+    for _ in range(FREE_EXECUTES):
+        await caller.service.execute(caller.principal, staging_deploy())
+
+    outcomes = await asyncio.gather(
+        *(caller.service.execute(caller.principal, staging_deploy("deploy-10")) for _ in range(3)),
+        return_exceptions=True,
+    )
+
+    # Each waiter decided for itself once the first failed: refused, never a PERMIT.
+    assert [type(o) for o in outcomes] == [QuotaExceeded] * 3
+    assert len(stored(runtime, caller.principal.org.org_id)) == FREE_EXECUTES
+
+
+async def test_a_repeat_is_not_answered_when_its_count_cannot_be_stored(
+    caller: Caller, runtime: Runtime
+) -> None:
+    await caller.service.execute(caller.principal, staging_deploy("deploy-11"))
+    runtime.stop()
+
+    with pytest.raises(ServiceUnavailable):
+        await caller.service.execute(caller.principal, staging_deploy("deploy-11"))
+
+
+async def test_a_key_not_allowed_the_surface_is_refused_a_repeat_from_memory(
+    caller: Caller,
+) -> None:
+    await caller.service.execute(caller.principal, staging_deploy("deploy-12"))
+    plane = ControlPlane(caller.service)
+    org_id = caller.principal.org.org_id
+    _key, secret = await plane.issue_key(org_id, name="prod-only", role="execute",
+                                         surfaces=["deploy.production"], expires_at=None,
+                                         actor=PLATFORM_ADMIN)  # fmt: skip
+    narrow = await caller.service.authenticate(f"Bearer {secret}")
+
+    with pytest.raises(Forbidden):
+        await caller.service.execute(narrow, staging_deploy("deploy-12"))
 
 
 # --- the credential cache's secrets ----------------------------------------------------

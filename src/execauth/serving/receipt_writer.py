@@ -1,10 +1,10 @@
 """The receipt writer: one thread, group commit, no acknowledged receipt lost.
 
-Requests hand their ``ExecutionRecord`` to ``write`` and wait; the writer thread
-takes everything queued, inserts it in one transaction and commits once (one
-fsync for the whole batch under SQLite ``synchronous=FULL``), then wakes each
-waiter. Only after that does the gateway send the receipt: an answered receipt is a
-kept one.
+Requests hand their ``ExecutionRecord`` to ``write`` (or a ``Repeat`` a gateway
+answered itself to ``count_repeat``) and wait; the writer thread takes everything
+queued, stores it in one transaction and commits once (one fsync for the whole batch
+under SQLite ``synchronous=FULL``), then wakes each waiter. Only after that does the
+gateway send the receipt: an answered receipt is a kept one.
 
 A failing batch is retried one record per transaction so that one bad row (an
 id collision, say) fails only its own request. A request whose record could not
@@ -36,7 +36,7 @@ from execauth.store.execution_writes import (
     insert_batch,
     insert_execution,
 )
-from execauth.store.executions import ExecutionRecord, PriorExecution, count_repeats
+from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat, count_repeats
 from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ Settle = Callable[[PriorExecution | None, BaseException | None], None]
 
 @dataclass(slots=True)
 class _Pending:
-    record: ExecutionRecord
+    record: ExecutionRecord | Repeat
     quota: QuotaCheck | None
     loop: asyncio.AbstractEventLoop
     settle: Settle
@@ -122,9 +122,18 @@ class ReceiptWriter:
         Returns the prior execution when the idempotency key is taken (not counted);
         raises ``QuotaExceeded`` when the quota is used up (nothing stored).
         """
+        return await self._settled(record, quota)
+
+    async def count_repeat(self, repeat: Repeat) -> None:
+        """Durably count a repeat answered without a write (the gateway knew its receipt)."""
+        await self._settled(repeat, None)
+
+    async def _settled(
+        self, item: ExecutionRecord | Repeat, quota: QuotaCheck | None
+    ) -> PriorExecution | None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PriorExecution | None] = loop.create_future()
-        self.submit(record, quota, functools.partial(_settle_future, future), loop)
+        self.submit(item, quota, functools.partial(_settle_future, future), loop)
         # A timer on the future itself (asyncio.wait_for would add a wrapper future and
         # callbacks per request). A commit that lands after the deadline finds the future
         # done and answers nobody: the client already has its 503.
@@ -136,12 +145,13 @@ class ReceiptWriter:
 
     def submit(
         self,
-        record: ExecutionRecord,
+        record: ExecutionRecord | Repeat,
         quota: QuotaCheck | None,
         settle: Settle,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        """Queue ``record``; ``settle`` runs on ``loop`` once its batch committed or failed.
+        """Queue ``record`` (or a repeat to count); ``settle`` runs on ``loop`` once its
+        batch committed or failed.
 
         ``write`` without a coroutine, a future or a timer per record: the writer process
         answers gateways' frames with it (``serving/remote_writer.py``), where the
@@ -220,8 +230,7 @@ class ReceiptWriter:
         for pending, result in zip(batch, results, strict=True):
             if isinstance(result, QuotaExhausted):
                 assert pending.quota is not None
-                decided_at = datetime.fromtimestamp(pending.record.decided_at_ms / 1000, UTC)
-                outcomes.append((pending, None, pending.quota.exceeded(decided_at)))
+                outcomes.append((pending, None, pending.quota.exceeded(_decided_at(pending))))
             else:
                 outcomes.append((pending, result, None))
         _settle(outcomes)
@@ -234,10 +243,18 @@ class ReceiptWriter:
         try:
             with self._lock.held(), conn.begin():
                 begin_writing(conn)
-                if len(batch) == 1:
-                    results = [insert_execution(conn, batch[0].record, batch[0].quota)]
+                writes = [
+                    (p.record, p.quota) for p in batch if isinstance(p.record, ExecutionRecord)
+                ]
+                if len(writes) == 1:
+                    stored = [insert_execution(conn, *writes[0])]
                 else:
-                    results = insert_batch(conn, [(p.record, p.quota) for p in batch])
+                    stored = insert_batch(conn, writes) if writes else []
+                # In batch order again; a repeat to count has nothing to store (None).
+                outcomes = iter(stored)
+                results = [
+                    next(outcomes) if isinstance(p.record, ExecutionRecord) else None for p in batch
+                ]
                 repeats = _repeats(batch, results)
                 if repeats:
                     count_repeats(conn, repeats)
@@ -251,17 +268,22 @@ class ReceiptWriter:
         return results
 
 
-def _repeats(batch: list[_Pending], results: list[WriteOutcome]) -> list[tuple[str, str, datetime]]:
-    """The batch's idempotent repeats: same key, same request (a different request is a
-    conflict, answered 409 and not counted)."""
-    return [
-        (p.record.org_id, result.execution_id, _decided_at(p.record))
-        for p, result in zip(batch, results, strict=True)
-        if isinstance(result, PriorExecution) and result.request_digest == p.record.request_digest
-    ]
+def _repeats(batch: list[_Pending], results: list[WriteOutcome]) -> list[Repeat]:
+    """The batch's idempotent repeats: those the insert found (same key, same request; a
+    different request is a conflict, answered 409 and not counted) and those handed in."""
+    repeats: list[Repeat] = []
+    for pending, result in zip(batch, results, strict=True):
+        record = pending.record
+        if isinstance(record, Repeat):
+            repeats.append(record)
+        elif isinstance(result, PriorExecution) and result.request_digest == record.request_digest:
+            repeats.append(Repeat(record.org_id, result.execution_id, _decided_at(pending)))
+    return repeats
 
 
-def _decided_at(record: ExecutionRecord) -> datetime:
+def _decided_at(pending: _Pending) -> datetime:
+    record = pending.record
+    assert isinstance(record, ExecutionRecord)
     return datetime.fromtimestamp(record.decided_at_ms / 1000, UTC)
 
 

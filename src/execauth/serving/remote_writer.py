@@ -11,7 +11,8 @@ process, only with a GIL to themselves.
 
 The gateways reach it over a Unix socket. Each frame is a 4-byte big-endian
 length and a msgpack body (msgspec): a ``WriteRequest`` carries the record and its
-quota; the ``WriteReply`` comes only after the batch holding the record committed,
+quota, a ``CountRepeat`` a repeat the gateway answered from memory; the ``WriteReply``
+comes only after the batch holding the record (or the count) committed,
 so an acknowledged receipt is durable exactly as with the in-process writer. A
 lost connection, a dead writer or a reply that does not come in time is
 ``ServiceUnavailable`` for the requests waiting on it: never a receipt.
@@ -31,7 +32,7 @@ import msgspec
 
 from execauth.errors import QuotaExceeded, ServiceUnavailable
 from execauth.serving.receipt_writer import Settle, expire_unconfirmed
-from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.tenancy.quota import QuotaCheck
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,15 @@ MAX_FRAME = 16 * 1024 * 1024  # a record holds one receipt and one request (<= 6
 CONNECT_TIMEOUT_SECONDS = 2.0
 
 
-class WriteRequest(msgspec.Struct, array_like=True, frozen=True):
+class WriteRequest(msgspec.Struct, array_like=True, frozen=True, tag=True):
     id: int
     record: ExecutionRecord
     quota: QuotaCheck | None
+
+
+class CountRepeat(msgspec.Struct, array_like=True, frozen=True, tag=True):
+    id: int
+    repeat: Repeat
 
 
 class WriteReply(msgspec.Struct, array_like=True, frozen=True):
@@ -55,14 +61,16 @@ class WriteReply(msgspec.Struct, array_like=True, frozen=True):
 
 
 _encode = msgspec.msgpack.Encoder().encode
-_decode_request = msgspec.msgpack.Decoder(WriteRequest).decode
+_decode_request = msgspec.msgpack.Decoder(WriteRequest | CountRepeat).decode
 _decode_reply = msgspec.msgpack.Decoder(WriteReply).decode
 
 # ``ReceiptWriter.submit``: queue a record, be told on the loop once its batch committed.
-Submit = Callable[[ExecutionRecord, QuotaCheck | None, Settle, asyncio.AbstractEventLoop], None]
+Submit = Callable[
+    [ExecutionRecord | Repeat, QuotaCheck | None, Settle, asyncio.AbstractEventLoop], None
+]
 
 
-def _frame(message: WriteRequest | WriteReply) -> bytes:
+def _frame(message: WriteRequest | CountRepeat | WriteReply) -> bytes:
     body = _encode(message)
     return _LENGTH.pack(len(body)) + body
 
@@ -177,15 +185,17 @@ class WriterServer:
             if not self._connections:
                 self._idle.set()
 
-    def _accept(self, request: WriteRequest, answering: _Answering) -> None:
+    def _accept(self, request: WriteRequest | CountRepeat, answering: _Answering) -> None:
         """Hand the record to the writer thread; its reply leaves once the batch committed."""
         answering.started()
+        item, quota = (
+            (request.record, request.quota)
+            if isinstance(request, WriteRequest)
+            else (request.repeat, None)
+        )
         try:
             self._submit(
-                request.record,
-                request.quota,
-                functools.partial(answering.answer, request.id),
-                answering.loop,
+                item, quota, functools.partial(answering.answer, request.id), answering.loop
             )
         except Exception as exc:  # noqa: BLE001 - not queued (not running): a 503, never stored
             answering.answer(request.id, None, exc)
@@ -269,6 +279,23 @@ class RemoteReceiptWriter:
         self, record: ExecutionRecord, quota: QuotaCheck | None = None
     ) -> PriorExecution | None:
         """Durably store ``record`` (see ``ReceiptWriter.write``); the same outcomes and errors."""
+        reply = await self._ask(functools.partial(WriteRequest, record=record, quota=quota))
+        if reply.outcome == "stored":
+            return None
+        if reply.outcome == "repeat" and reply.prior is not None:
+            return reply.prior
+        if reply.outcome == "quota" and quota is not None:
+            raise quota.exceeded(datetime.fromtimestamp(record.decided_at_ms / 1000, UTC))
+        raise ServiceUnavailable(reply.detail or "the receipt could not be stored")
+
+    async def count_repeat(self, repeat: Repeat) -> None:
+        """Durably count a repeat (see ``ReceiptWriter.count_repeat``)."""
+        reply = await self._ask(functools.partial(CountRepeat, repeat=repeat))
+        if reply.outcome != "stored":
+            raise ServiceUnavailable(reply.detail or "the repeat could not be counted")
+
+    async def _ask(self, message: Callable[[int], WriteRequest | CountRepeat]) -> WriteReply:
+        """Send ``message(id)``; its reply, or ``ServiceUnavailable`` after the deadline."""
         outbox = await self._connection()
         self._next_id += 1
         request_id = self._next_id
@@ -279,18 +306,11 @@ class RemoteReceiptWriter:
         # and callback machinery on every request.
         deadline = loop.call_later(self.timeout_seconds, expire_unconfirmed, reply_future)
         try:
-            outbox.put(_frame(WriteRequest(request_id, record, quota)))
-            reply = await reply_future
+            outbox.put(_frame(message(request_id)))
+            return await reply_future
         finally:
             deadline.cancel()
             self._waiting.pop(request_id, None)
-        if reply.outcome == "stored":
-            return None
-        if reply.outcome == "repeat" and reply.prior is not None:
-            return reply.prior
-        if reply.outcome == "quota" and quota is not None:
-            raise quota.exceeded(datetime.fromtimestamp(record.decided_at_ms / 1000, UTC))
-        raise ServiceUnavailable(reply.detail or "the receipt could not be stored")
 
     async def _connection(self) -> _Outbox:
         if self._outbox is not None and not self._outbox.stream.is_closing():

@@ -29,7 +29,7 @@ from execauth.server_secret import ServerSecret
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import RemoteReceiptWriter
 from execauth.serving.sequencer import Sequencer
-from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.store.ledger import LogStore
 from execauth.streaming.dispatcher import Dispatcher, dispatcher_for
 from execauth.tenancy.quota import QuotaCheck
@@ -53,6 +53,10 @@ class ReceiptSink(Protocol):
     async def write(
         self, record: ExecutionRecord, quota: QuotaCheck | None = None
     ) -> PriorExecution | None: ...
+
+    async def count_repeat(self, repeat: Repeat) -> None:
+        """Count, durably, a repeat answered without ``write`` (``ServiceUnavailable`` if not)."""
+        ...
 
 
 @dataclass

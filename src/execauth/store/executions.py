@@ -61,6 +61,15 @@ class PriorExecution:
     receipt: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """One idempotent repeat of an execution (same key, same request), to be counted."""
+
+    org_id: str
+    execution_id: str
+    at: datetime
+
+
 # What an idempotency key stands for: read by the writer for every key it must look up
 # (store/execution_writes.py), as driver SQL for the reason given there.
 _PRIOR_SQLITE = (
@@ -85,30 +94,31 @@ def prior_execution(conn: Connection, org_id: str, idempotency_key: str) -> Prio
     return PriorExecution(row[0], row[1], row[2], bytes(row[3])) if row is not None else None
 
 
-def count_repeats(conn: Connection, repeats: Sequence[tuple[str, str, datetime]]) -> None:
-    """Count idempotent repeats, given as (org, execution, when) (docs/decisions.md, "repeats").
+def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
+    """Count idempotent repeats (docs/decisions.md, "repeats").
 
     One upsert per distinct execution, of a fixed-size row: however often a client
     retries, an execution keeps one row of repeats (a count, the first and the last
     time), so retries cannot grow storage that the quota does not count. The writer
-    calls this inside the transaction that found the repeats, so a retry storm adds
-    no write transaction of its own to compete for the database's write lock.
+    calls this inside one of its batches' transactions (the one that found the repeats,
+    or the next one, for repeats a gateway answered itself), so a retry storm adds no
+    write transaction of its own to compete for the database's write lock.
     """
     merged: dict[str, dict[str, Any]] = {}
-    for org_id, execution_id, at in repeats:
-        row = merged.get(execution_id)
+    for repeat in repeats:
+        row = merged.get(repeat.execution_id)
         if row is None:
-            merged[execution_id] = {
-                "execution_id": execution_id,
-                "org_id": org_id,
+            merged[repeat.execution_id] = {
+                "execution_id": repeat.execution_id,
+                "org_id": repeat.org_id,
                 "repeats": 1,
-                "first_repeated_at": at,
-                "last_repeated_at": at,
+                "first_repeated_at": repeat.at,
+                "last_repeated_at": repeat.at,
             }
         else:
             row["repeats"] += 1
-            row["first_repeated_at"] = min(row["first_repeated_at"], at)
-            row["last_repeated_at"] = max(row["last_repeated_at"], at)
+            row["first_repeated_at"] = min(row["first_repeated_at"], repeat.at)
+            row["last_repeated_at"] = max(row["last_repeated_at"], repeat.at)
     postgres = conn.dialect.name == "postgresql"
     dialect: Any = postgresql if postgres else sqlite
     statement = dialect.insert(execution_repeats)
@@ -167,15 +177,6 @@ class ExecutionStore:
                 kind=kind,
                 details=details,
             )
-
-    def record_repeat(self, org_id: str, execution_id: str, now: datetime) -> None:
-        """Count one idempotent repeat of ``execution_id`` in a transaction of its own.
-
-        Only for repeats the writer never saw (a surface whose policy is gone); the
-        writer counts the others inside its batch (``count_repeats``).
-        """
-        with self.engine.begin() as conn:
-            count_repeats(conn, [(org_id, execution_id, now)])
 
     def usage_rows(self, org_id: str | None, start: datetime, end: datetime) -> list[UsageRow]:
         """Executes decided in [start, end) grouped by org, surface and decision.

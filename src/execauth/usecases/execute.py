@@ -43,12 +43,13 @@ from execauth.serving.runtime import Runtime
 from execauth.serving.shared_generation import GenerationWatch, SharedGeneration
 from execauth.store.approvals import Approval, ApprovalStore
 from execauth.store.control import ControlStore, StoredPolicy
-from execauth.store.executions import ExecutionRecord, PriorExecution
+from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
 from execauth.tenancy.orgs import Org, Plan
 from execauth.tenancy.quota import quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.ttl_cache import TtlCache
+from execauth.usecases.recent_decisions import RecentDecisions
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
@@ -206,6 +207,7 @@ class ExecutionService:
             processes=runtime.settings.workers or 1,
         )
         self.approvals = ApprovalStore(runtime.engine)
+        self.recent = RecentDecisions()
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key."""
@@ -243,7 +245,26 @@ class ExecutionService:
             raise Forbidden(f"a key with role {key.role!r} cannot request executions")
         if not key.allows_surface(request.surface):
             raise Forbidden(f"this API key may not request surface {request.surface!r}")
+        idempotency_key = request.idempotency_key
+        if idempotency_key is None:
+            return await self._decide(principal, request)
+        # A repeat of a key decided here is answered from memory, before any evaluation,
+        # signing or write of a record (usecases/recent_decisions.py).
+        known = await self.recent.known(org.org_id, idempotency_key)
+        if known is not None:
+            return await self._repeat(org.org_id, known, request, counted=False)
+        with self.recent.deciding(org.org_id, idempotency_key) as slot:
+            return await self._decide(principal, request, slot.settle)
 
+    async def _decide(
+        self,
+        principal: Principal,
+        request: ExecuteRequest,
+        committed: Callable[[PriorExecution], None] | None = None,
+    ) -> ExecuteResult:
+        """Evaluate, sign and store a new decision; ``committed`` is told what the key now
+        stands for, once that is durable."""
+        key, org = principal.api_key, principal.org
         # A cache miss reads the policy from the database: part of the step.
         with tracing.step("evaluate"):
             policy_set = await self.policies.policy_set(org.org_id)
@@ -306,8 +327,13 @@ class ExecutionService:
         with tracing.step("commit"):  # the wait until the receipt is durable
             prior = await self.runtime.writer.write(record, quota_for(plan, now))
         if prior is not None:
+            if committed is not None:
+                committed(prior)
             # The writer counted the repeat in the transaction that found it.
             return await self._repeat(org.org_id, prior, request, counted=True)
+        if committed is not None:
+            committed(PriorExecution(record.execution_id, record.request_digest,
+                                     record.decision, body))  # fmt: skip
         return ExecuteResult(body, decision.outcome.value, repeated=False)
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
@@ -329,10 +355,10 @@ class ExecutionService:
                 "this idempotency key was already used for a different request"
             )
         if not counted:
-            # A count and the last time per execution, not a row per repeat (bounded storage).
-            await anyio.to_thread.run_sync(
-                self.runtime.executions.record_repeat, org_id, prior.execution_id, self.clock()
-            )
+            # Counted by the writer in its next batch (a count and the last time per
+            # execution, not a row per repeat: bounded storage), and durable before the
+            # answer leaves, like every other write.
+            await self.runtime.writer.count_repeat(Repeat(org_id, prior.execution_id, self.clock()))
         if prior.decision == Outcome.ESCALATE.value:
             # The current state: the ESCALATE while pending, else its outcome receipt.
             approval = await self.approval(org_id, approval_id_for(prior.execution_id))
