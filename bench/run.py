@@ -781,7 +781,7 @@ def main() -> int:
         "--scenarios",
         default="",
         help="also run scenarios (bench/scenarios.py): comma-separated of fixed-rate, one-client, "
-        "retry-storm, mix, two-instances, or 'all'",
+        "retry-storm, repeats, mix, two-instances, or 'all'",
     )
     parser.add_argument(
         "--tracing",
@@ -829,7 +829,9 @@ def main() -> int:
     scenario_results: list[dict[str, Any]] = []
     chosen_scenarios = {s.strip() for s in args.scenarios.split(",") if s.strip()}
     if chosen_scenarios == {"all"}:
-        chosen_scenarios = {"fixed-rate", "one-client", "retry-storm", "mix", "two-instances"}
+        from scenarios import SCENARIOS  # bench/scenarios.py, beside this file
+
+        chosen_scenarios = set(SCENARIOS)
     try:
         if "execauth" in targets:
             db = f"sqlite:///{workdir / 'execauth.db'}"

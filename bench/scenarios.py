@@ -8,7 +8,11 @@
 - **retry-storm**: two wrk clients (``-t1 -c16`` each) send the same sequence of
   idempotency keys with the same requests at the same time, as two retrying copies of a
   caller would: for every key one of them creates the decision and the other repeats
-  it. Compared with the unique-key peak of the same run (``-t2 -c32``).
+  it. Compared with the unique-key peak of the same run (``-t2 -c32``), and with the
+  same two clients sending unique keys right after (the load tool's share then equal).
+- **repeats**: every request repeats one of 1,000 idempotency keys that the warm-up
+  stored (same request each time), ``-t2 -c32`` like the peak: what a repeat costs,
+  against the peak's new decisions.
 - **mix**: 16 PERMIT, 3 DENY (rule ``wrong-branch``) and 1 SILENCE (the block's
   required ``context.branch`` missing) in every 20 requests, unique keys.
 - **one-client**: one client that sends its next request when the answer comes
@@ -47,7 +51,7 @@ from run import (  # type: ignore[import-not-found]
     wrk_body_sample,
 )
 
-SCENARIOS = ("fixed-rate", "one-client", "retry-storm", "mix", "two-instances")
+SCENARIOS = ("fixed-rate", "one-client", "retry-storm", "repeats", "mix", "two-instances")
 FIXED_RATE_SHARES = (0.25, 0.50, 0.75)
 HEY_WORKERS = 16
 CERBOS_BODY = {
@@ -79,13 +83,18 @@ def run_scenarios(
     unknown = chosen - set(SCENARIOS)
     if unknown:
         raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))}")
-    sqlite_needed = chosen & {"retry-storm", "mix", "fixed-rate", "one-client"}
+    sqlite_needed = chosen & {"retry-storm", "repeats", "mix", "fixed-rate", "one-client"}
     if sqlite_needed:
         db = f"sqlite:///{workdir / 'scenarios.db'}"
         with execauth_server(workdir, db, "execauth-scenarios", workers) as server:
             env = {"BENCH_API_KEY": server.extra["api_key"]}
             if "retry-storm" in chosen:
                 results.append(retry_storm(server, load, env))
+            if "repeats" in chosen:
+                # The warm-up stores the 1,000 keys; the measured run only repeats them.
+                repeat_env = env | {"BENCH_KEY_SET": secrets.token_hex(4)}
+                row = measure(server, "execauth-repeat.lua", load, repeat_env)
+                results.append({"scenario": "repeats", **_summary(row)})
             if "mix" in chosen:
                 check_mix(server)
                 row = measure(server, "execauth-mix.lua", load, env)
@@ -101,13 +110,18 @@ def run_scenarios(
 
 # --- retry storm --------------------------------------------------------------------------
 def retry_storm(server: Server, load: Load, env: dict[str, str]) -> dict[str, Any]:
+    """The storm, and the same two clients with unique keys: the load tool's own share
+    (two wrk processes, not one with two threads) is then the same on both sides."""
+    half = max(load.connections // 2, 1)
+    targets = [(server.url, "execauth.lua", env)] * 2
+    log(f"retry-storm: warm-up {load.warmup}s (unique keys, not counted)")
+    concurrent_wrk(targets, half, load.warmup, None, server)  # a fresh server, like the peak's
     log(f"retry-storm: two clients, the same keys, {load.duration}s")
     run_id = secrets.token_hex(4)  # the same for both clients: the same key sequence
-    half = max(load.connections // 2, 1)
-    clients = concurrent_wrk(
-        [(server.url, "execauth.lua", env)] * 2, half, load.duration, run_id, server
-    )
-    return {"scenario": "retry-storm", **_combined(clients)}
+    storm = _combined(concurrent_wrk(targets, half, load.duration, run_id, server))
+    log(f"retry-storm: the same two clients, unique keys, {load.duration}s")
+    unique = _combined(concurrent_wrk(targets, half, load.duration, None, server))
+    return {"scenario": "retry-storm", **storm, "unique_keys_same_clients": unique}
 
 
 # --- mix ----------------------------------------------------------------------------------
@@ -372,10 +386,14 @@ def scenario_table(results: list[dict[str, Any]], peak_rows: list[dict[str, Any]
                     f"{p['errors']:>7} {p['server_cpu_us_per_request']:>6.0f}µs"
                 )
             continue
-        p50 = f"{r['p50_ms']:>8.2f}" if "p50_ms" in r else f"{'-':>8}"
-        p99 = r.get("p99_ms", r.get("p99_ms_worst"))
-        lines.append(
-            f"{name:<26} {r['rps']:>8,.0f} {p50} {p99:>8.2f} {r['errors']:>7} "
-            f"{r['server_cpu_us_per_request']:>6.0f}µs"
-        )
+        rows = [(name, r)]
+        if "unique_keys_same_clients" in r:
+            rows.append(("  unique keys, 2 clients", r["unique_keys_same_clients"]))
+        for label, row in rows:
+            p50 = f"{row['p50_ms']:>8.2f}" if "p50_ms" in row else f"{'-':>8}"
+            p99 = row.get("p99_ms", row.get("p99_ms_worst"))
+            lines.append(
+                f"{label:<26} {row['rps']:>8,.0f} {p50} {p99:>8.2f} {row['errors']:>7} "
+                f"{row['server_cpu_us_per_request']:>6.0f}µs"
+            )
     return "\n".join(lines)

@@ -30,3 +30,18 @@ function done(summary, latency, requests)
       latency:percentile(50), latency:percentile(90), latency:percentile(99),
       latency:percentile(99.9)))
 end
+
+-- A deploy.production request with ``context`` (a JSON object's text) and the bench's
+-- usual payload, under Idempotency-Key ``key``.
+function execute_request(api_key, key, context)
+   local body = '{"surface":"deploy.production","action":"deploy","actor":"release-bot",' ..
+      '"context":' .. context .. ',' ..
+      '"payload":{"service":"checkout-api","image":"registry.example/checkout-api@sha256:' ..
+      '9f2c1e7ab04d33c5e8f6a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6",' ..
+      '"replicas":6,"region":"eu-west-1","commit":"4f9d2a1c","canary":true}}'
+   return wrk.format("POST", "/v1/execute", {
+      ["Authorization"] = "Bearer " .. api_key,
+      ["Content-Type"] = "application/json",
+      ["Idempotency-Key"] = key,
+   }, body)
+end
