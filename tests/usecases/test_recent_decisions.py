@@ -47,6 +47,14 @@ async def test_the_oldest_answer_goes_first_beyond_the_bound() -> None:
     ]
 
 
+async def test_a_key_kept_again_makes_no_room_at_the_others_expense() -> None:
+    recent = RecentDecisions(max_entries=2)
+    recent.remember("org_a", "k1", answer(execution_id="k1"))
+    recent.remember("org_a", "k2", answer(execution_id="k2"))
+    recent.remember("org_a", "k2", answer(execution_id="k2"))
+    assert await recent.known("org_a", "k1") == answer(execution_id="k1")
+
+
 async def test_a_request_waiting_on_a_key_in_flight_gets_its_answer() -> None:
     recent = RecentDecisions()
     with recent.deciding("org_a", "k") as slot:

@@ -81,10 +81,11 @@ class RecentDecisions:
         """Keep a committed answer (an ESCALATE's is not kept: see the module's text)."""
         if answer.decision == Outcome.ESCALATE.value:
             return
-        if len(self._decided) >= self._max_entries:
+        entry = (org_id, key)
+        if entry not in self._decided and len(self._decided) >= self._max_entries:
             # The oldest entry first (dicts keep insertion order): retries come soon.
             del self._decided[next(iter(self._decided))]
-        self._decided[(org_id, key)] = answer
+        self._decided[entry] = answer
 
 
 class _Slot:
