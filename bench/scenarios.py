@@ -94,6 +94,7 @@ def run_scenarios(
                 # The warm-up stores the 1,000 keys; the measured run only repeats them.
                 repeat_env = env | {"BENCH_KEY_SET": secrets.token_hex(4)}
                 row = measure(server, "execauth-repeat.lua", load, repeat_env)
+                check_repeats(server, repeat_env["BENCH_KEY_SET"])
                 results.append({"scenario": "repeats", **_summary(row)})
             if "mix" in chosen:
                 check_mix(server)
@@ -122,6 +123,22 @@ def retry_storm(server: Server, load: Load, env: dict[str, str]) -> dict[str, An
     log(f"retry-storm: the same two clients, unique keys, {load.duration}s")
     unique = _combined(concurrent_wrk(targets, half, load.duration, None, server))
     return {"scenario": "retry-storm", **storm, "unique_keys_same_clients": unique}
+
+
+# --- repeats ------------------------------------------------------------------------------
+def check_repeats(server: Server, key_set: str) -> None:
+    """The repeats scenario's requests really were repeats: a few of its keys, sent once
+    more with execauth-repeat.lua's body, come back as idempotent repeats."""
+    request = json.loads(wrk_body_sample())
+    request["context"]["pipeline"] = "gh-actions/1"
+    for n in (0, 1, 999):
+        headers = {
+            "Authorization": f"Bearer {server.extra['api_key']}",
+            "Idempotency-Key": f"repeat-{key_set}-{n}",
+        }
+        answer = httpx.post(server.url + "/v1/execute", json=request, headers=headers, timeout=10)
+        if answer.headers.get("idempotent-replayed") != "true":
+            raise RuntimeError(f"repeats: key {n} was not a repeat: {answer.status_code}")
 
 
 # --- mix ----------------------------------------------------------------------------------
