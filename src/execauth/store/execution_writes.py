@@ -217,7 +217,7 @@ def _insert_batch_keys_first(
 def _shared_fate(source: WriteOutcome, stored: ExecutionRecord) -> WriteOutcome:
     """What a repeat within a batch gets: its source's prior or refusal, else the
     record the source stored."""
-    return source if source is not None else _as_prior(stored)
+    return source if source is not None else stored.as_prior()
 
 
 def _count_whole(conn: Connection, org_id: str, quota: QuotaCheck, n: int) -> bool:
@@ -323,12 +323,6 @@ def _priors(
         ):
             found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
     return found
-
-
-def _as_prior(record: ExecutionRecord) -> PriorExecution:
-    return PriorExecution(
-        record.execution_id, record.request_digest, record.decision, record.receipt
-    )
 
 
 def _grant(conn: Connection, sql: _Statements, org_id: str, quota: QuotaCheck, wanted: int) -> int:

@@ -50,6 +50,10 @@ class ExecutionRecord:
     evaluation_input: str  # JSON
     receipt: bytes  # the response body, byte for byte
 
+    def as_prior(self) -> PriorExecution:
+        """What this record's idempotency key stands for, once it is stored."""
+        return PriorExecution(self.execution_id, self.request_digest, self.decision, self.receipt)
+
 
 @dataclass(frozen=True, slots=True)
 class PriorExecution:

@@ -332,8 +332,7 @@ class ExecutionService:
             # The writer counted the repeat in the transaction that found it.
             return await self._repeat(org.org_id, prior, request, counted=True)
         if committed is not None:
-            committed(PriorExecution(record.execution_id, record.request_digest,
-                                     record.decision, body))  # fmt: skip
+            committed(record.as_prior())
         return ExecuteResult(body, decision.outcome.value, repeated=False)
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:

@@ -77,15 +77,17 @@ class RecentDecisions:
             if not future.done():
                 future.set_result(None)
 
-    def remember(self, org_id: str, key: str, answer: PriorExecution) -> None:
-        """Keep a committed answer (an ESCALATE's is not kept: see the module's text)."""
+    def remember(self, org_id: str, key: str, answer: PriorExecution) -> bool:
+        """Keep a committed answer; ``False`` for an ESCALATE's, which is not kept (see
+        the module's text)."""
         if answer.decision == Outcome.ESCALATE.value:
-            return
+            return False
         entry = (org_id, key)
         if entry not in self._decided and len(self._decided) >= self._max_entries:
             # The oldest entry first (dicts keep insertion order): retries come soon.
             del self._decided[next(iter(self._decided))]
         self._decided[entry] = answer
+        return True
 
 
 class _Slot:
@@ -101,7 +103,6 @@ class _Slot:
 
     def settle(self, answer: PriorExecution) -> None:
         """``answer`` is committed: keep it, and give it to the requests waiting for it."""
-        self._recent.remember(*self._entry, answer)
+        kept = self._recent.remember(*self._entry, answer)
         if self._future is not None and not self._future.done():
-            kept = answer.decision != Outcome.ESCALATE.value
             self._future.set_result(answer if kept else None)
