@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from execauth.config import Settings
 from execauth.errors import RateLimited, ServiceUnavailable
 from execauth.serving.runtime import Runtime
 from execauth.tenancy.orgs import new_org_id
@@ -208,6 +209,13 @@ class TestWithRedis:
         if not REDIS_URL:
             pytest.skip("Redis tests need EXECAUTH_TEST_REDIS_URL (set by .ci/run)")
         return REDIS_URL
+
+    @pytest.fixture
+    def settings(self, settings: Settings) -> Settings:
+        # These tests count through Redis; a round trip over the 0.5 s default on a busy
+        # CI machine answered 503 (rightly: fail closed) and failed the count once. The
+        # timeout has tests of its own; here it gets the 2 s the other Redis tests use.
+        return settings.model_copy(update={"rate_limit_timeout_seconds": 2.0})
 
     @three_a_minute
     async def test_gateway_limits_through_redis(
