@@ -134,7 +134,7 @@ executions = Table(
     Column("receipt", LargeBinary, nullable=False),  # the exact response bytes
     Column("log_index", BigInteger, nullable=True),  # set by the sequencer (store.ledger)
     UniqueConstraint("org_id", "idempotency_key"),
-    Index("ix_executions_org_time", "org_id", "decided_at_ms"),
+    # History, usage and export by time (migration 0011 dropped its prefix, org_time).
     Index("ix_executions_org_decided", "org_id", "decided_at_ms", "execution_id"),
     Index(
         "ix_executions_unsequenced",

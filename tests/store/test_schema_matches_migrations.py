@@ -1,0 +1,48 @@
+"""The migrations build the schema ``store/tables.py`` describes, on every backend.
+
+The code queries through ``tables.py``; a serving database is built by the migrations.
+An index declared in one and not the other (added, or dropped as 0011 dropped
+``ix_executions_org_time``) would leave queries planned against a schema that is not
+there, or every receipt paying for an index nothing declares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine, inspect
+
+from execauth.store.database import make_engine, upgrade
+from execauth.store.tables import executions, metadata
+from tests.conftest import Database
+
+
+@pytest.fixture
+def engine(database: Database) -> Iterator[Engine]:
+    engine = make_engine(database.url, schema=database.schema)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_the_migrated_indexes_are_the_declared_ones(engine: Engine) -> None:
+    with engine.connect() as conn:
+        differences = compare_metadata(MigrationContext.configure(conn), metadata)
+    index_changes = [d for d in differences if isinstance(d, tuple) and "index" in d[0]]
+    assert index_changes == []
+
+
+def test_executions_has_no_index_that_another_one_begins_with(engine: Engine) -> None:
+    # A full index whose columns lead another full index serves no query the longer one
+    # does not, and costs every receipt an insert.
+    full = [
+        tuple(index["column_names"])
+        for index in inspect(engine).get_indexes(executions.name)
+        if not {"sqlite_where", "postgresql_where"} & set(index.get("dialect_options", {}))
+    ]
+    assert full, "executions has indexes"
+    for columns in full:
+        longer = [o for o in full if o != columns and o[: len(columns)] == columns]
+        assert longer == [], f"{columns} is the start of {longer}"
