@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from execauth.keyring import key_list_document
 from execauth.serving.runtime import Runtime
-from execauth.store.tables import executions, usage_counters
+from execauth.store.tables import executions, log_leaves, usage_counters
 from execauth.verify import parse_key_list, verify_receipt
 from execauth.wire_time import format_timestamp
 from tests.approvals.conftest import Clock, Org, escalate, make_org, vote
@@ -197,8 +197,8 @@ async def test_outcome_receipts_are_sequenced_into_the_org_log(
     with runtime.engine.connect() as conn:
         indexes = dict(
             conn.execute(
-                select(executions.c.execution_id, executions.c.log_index).where(
-                    executions.c.org_id == org.tenant.org_id
+                select(log_leaves.c.execution_id, log_leaves.c.log_index).where(
+                    log_leaves.c.org_id == org.tenant.org_id
                 )
             ).all()
         )

@@ -11,6 +11,7 @@ tests/store/test_ledger.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -20,10 +21,10 @@ from sqlalchemy import Engine, select
 
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, upgrade
-from execauth.store.execution_writes import insert_batch
+from execauth.store.execution_writes import insert_batch, insert_execution
 from execauth.store.executions import ExecutionRecord
 from execauth.store.ledger import sequence_pending
-from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
+from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes, log_pending
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from tests.conftest import Database
@@ -33,16 +34,20 @@ NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 ORGS = [f"org_01log{i}" for i in range(5)]
 
 
-@pytest.fixture
-def engine(database: Database) -> Iterator[Engine]:
-    engine = make_engine(database.url, schema=database.schema)
-    upgrade(engine)
+def create_orgs(engine: Engine) -> None:
     control = ControlStore(engine)
     for org_id in ORGS:
         control.create_org(
             Org(org_id, "Logs", "free", "a", NOW),
             AuditEvent(org_id, NOW, "test", "org.created", org_id),
         )
+
+
+@pytest.fixture
+def engine(database: Database) -> Iterator[Engine]:
+    engine = make_engine(database.url, schema=database.schema)
+    upgrade(engine)
+    create_orgs(engine)
     yield engine
     engine.dispose()
 
@@ -56,6 +61,11 @@ class Receipts:
         self.by_org: dict[str, list[dict[str, object]]] = {org_id: [] for org_id in ORGS}
 
     def store(self, org_ids: list[str]) -> None:
+        with self.engine.begin() as conn:
+            insert_batch(conn, [(r, None) for r in self.records(org_ids)])
+
+    def records(self, org_ids: list[str]) -> list[ExecutionRecord]:
+        """The next receipts of these orgs, in this order, as the gateway would store them."""
         records = []
         for org_id in org_ids:
             n = self.count = self.count + 1
@@ -87,8 +97,7 @@ class Receipts:
                     receipt=msgspec.json.encode(receipt),
                 )
             )
-        with self.engine.begin() as conn:
-            insert_batch(conn, [(r, None) for r in records])
+        return records
 
 
 def notes(org_id: str, size: int, root: bytes) -> str:
@@ -151,8 +160,7 @@ def test_batches_of_many_logs_extend_each_log_exactly_as_rfc9162_builds_it(
             assert_logs_are_rfc9162(engine, receipts)
     assert_logs_are_rfc9162(engine, receipts)
     with engine.connect() as conn:
-        unsequenced = select(executions.c.execution_id).where(executions.c.log_index.is_(None))
-        assert conn.execute(unsequenced).first() is None
+        assert conn.execute(select(log_pending)).first() is None
 
 
 def test_receipts_are_sequenced_oldest_first_and_report_their_decision_times(
@@ -165,7 +173,27 @@ def test_receipts_are_sequenced_oldest_first_and_report_their_decision_times(
     assert sequence(engine, limit=2) == []
     with engine.connect() as conn:
         indexes = conn.execute(
-            select(executions.c.org_id, executions.c.log_index).order_by(executions.c.decided_at_ms)
+            select(executions.c.org_id, log_leaves.c.log_index)
+            .join(log_leaves, log_leaves.c.execution_id == executions.c.execution_id)
+            .order_by(executions.c.decided_at_ms)
         ).all()
     assert [tuple(row) for row in indexes] == [(ORGS[0], 0), (ORGS[1], 0), (ORGS[0], 1)]
     assert_logs_are_rfc9162(engine, receipts)
+
+
+def test_every_stored_receipt_is_queued_once_and_a_repeat_is_not(engine: Engine) -> None:
+    receipts = Receipts(engine)
+    alone, keyed, first, again, other = receipts.records([ORGS[0]] * 5)
+    keyed, first = (
+        dataclasses.replace(r, idempotency_key=f"k-{r.receipt_id}") for r in (keyed, first)
+    )
+    again = dataclasses.replace(again, idempotency_key=first.idempotency_key)
+    with engine.begin() as conn:
+        assert insert_execution(conn, alone) is None  # no key
+        assert insert_execution(conn, keyed) is None  # a new key
+        outcomes = insert_batch(conn, [(first, None), (again, None), (other, None)])
+        assert [outcome is None for outcome in outcomes] == [True, False, True]
+        assert insert_execution(conn, again) is not None  # the key is taken: a repeat
+    with engine.connect() as conn:
+        queued = conn.execute(select(log_pending.c.execution_id)).scalars().all()
+    assert sorted(queued) == sorted(r.execution_id for r in (alone, keyed, first, other))

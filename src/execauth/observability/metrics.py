@@ -38,7 +38,7 @@ from sqlalchemy import Engine, Select, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from execauth.policy.document import MAX_TTL_SECONDS
-from execauth.store.tables import approvals, executions, orgs, usage_counters
+from execauth.store.tables import approvals, executions, log_pending, orgs, usage_counters
 from execauth.tenancy.orgs import Plan
 from execauth.tenancy.quota import month_period
 
@@ -288,9 +288,7 @@ class StoreCollector(Collector):
         try:
             with self._engine.connect() as conn:
                 backlog = conn.execute(
-                    select(func.count(), func.min(executions.c.decided_at_ms)).where(
-                        executions.c.log_index.is_(None)
-                    )
+                    select(func.count(), func.min(log_pending.c.decided_at_ms))
                 ).one()
                 usage = conn.execute(
                     select(usage_counters.c.org_id, orgs.c.plan, usage_counters.c.executes)

@@ -43,6 +43,7 @@ def insert_execution(
         if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
             return QUOTA_EXHAUSTED
         conn.exec_driver_sql(sql.insert, _row(record))
+        _queue_for_log(conn, sql, [record])
         return None
     # On PostgreSQL, insert first and let the unique index tell a repeat (see
     # _insert_batch_keys_first), unless the quota cannot simply take one more: then a
@@ -65,6 +66,7 @@ def _insert_new_key(
     assert record.idempotency_key is not None
     # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
     if conn.exec_driver_sql(sql.insert_new_key, _row(record)).first() is not None:
+        _queue_for_log(conn, sql, [record])
         return None
     if counted is not None:
         conn.exec_driver_sql(sql.add_to_count, (-1, record.org_id, counted.period))
@@ -155,10 +157,19 @@ def _insert_batch_priors_first(
         # A repeat shares the fate of the record it repeats: a prior, stored, or refused.
         outcomes[position] = _shared_fate(outcomes[source], items[source][0])
 
-    rows = [_row(items[p][0]) for p in fresh if p not in refused]
-    if rows:
-        conn.exec_driver_sql(sql.insert, rows)  # one executemany
+    stored = [items[p][0] for p in fresh if p not in refused]
+    if stored:
+        conn.exec_driver_sql(sql.insert, [_row(record) for record in stored])  # one executemany
+        _queue_for_log(conn, sql, stored)
     return outcomes
+
+
+def _queue_for_log(conn: Connection, sql: _Statements, stored: list[ExecutionRecord]) -> None:
+    """Queue the records just inserted for the sequencer (``log_pending``), in the same
+    transaction: committed receipts and the queue never disagree."""
+    conn.exec_driver_sql(
+        sql.queue_for_log, [(r.decided_at_ms, r.execution_id, r.org_id) for r in stored]
+    )
 
 
 def _insert_batch_keys_first(
@@ -255,6 +266,7 @@ class _Statements:
     ensure_counter: str  # (org, period)
     current_count: str  # (org, period)
     add_to_count: str  # (n, org, period)
+    queue_for_log: str  # (decided_at_ms, execution_id, org_id)
 
 
 _SQLITE = _Statements(
@@ -274,6 +286,7 @@ _SQLITE = _Statements(
     current_count="SELECT executes FROM usage_counters WHERE org_id = ? AND period = ?",
     add_to_count="UPDATE usage_counters SET executes = executes + ?"
     " WHERE org_id = ? AND period = ?",
+    queue_for_log="INSERT INTO log_pending (decided_at_ms, execution_id, org_id) VALUES (?, ?, ?)",
 )
 _POSTGRESQL = in_format_style(
     _SQLITE,
@@ -295,10 +308,15 @@ _POSTGRESQL = in_format_style(
 # format psycopg quotes every element through a regular expression in Python, which
 # took 37 of 54 ms for 256 rows (cProfile); binary costs what executemany does.
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
+# The rows it stored are queued for the sequencer by the same statement.
 _POSTGRESQL_INSERT_NEW_KEYS = (
-    f"INSERT INTO executions ({', '.join(_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
+    f"WITH stored AS (INSERT INTO executions ({', '.join(_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
     + ", ".join(f"%b::{executions.c[column].type.compile(dialect=_PG)}[]" for column in _COLUMNS)
-    + ") ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id"
+    + ") ON CONFLICT (org_id, idempotency_key) DO NOTHING"
+    " RETURNING decided_at_ms, execution_id, org_id),"
+    " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id)"
+    " SELECT decided_at_ms, execution_id, org_id FROM stored)"
+    " SELECT execution_id FROM stored"
 )
 
 

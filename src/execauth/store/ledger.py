@@ -1,10 +1,12 @@
 """The per-organization Merkle logs in the database: sequencing, nodes, checkpoints.
 
 ``ledger`` holds the pure hashing and proofs; this module stores what they need.
-Each sequenced receipt gets the next contiguous ``log_index`` of its org's log
-(``log_leaves``); every complete aligned subtree's root is stored once
-(``log_nodes``), so a proof needs O(log² n) lookups, never a pass over the log.
-All three tables are append-only (database triggers).
+Each receipt stored is queued for its log (``log_pending``, filled in the transaction
+that inserts it: ``store/execution_writes.py``); sequencing gives it the next contiguous
+``log_index`` of its org's log (``log_leaves``, the one record of that position) and
+takes it off the queue in the same transaction. Every complete aligned subtree's root
+is stored once (``log_nodes``), so a proof needs O(log² n) lookups, never a pass over
+the log. The three log tables are append-only (database triggers).
 
 Exactly one sequencer works at a time: on PostgreSQL a transaction-scoped
 advisory lock serializes instances; on SQLite the database's single writer does.
@@ -116,7 +118,12 @@ def sequence_pending(
     conn.exec_driver_sql(sql.insert_leaf, leaves)
     if nodes:
         conn.exec_driver_sql(sql.insert_node, nodes)
-    conn.exec_driver_sql(sql.set_log_index, [(leaf[1], leaf[2]) for leaf in leaves])
+    if sql is _POSTGRESQL:  # one statement, its keys as two arrays
+        conn.exec_driver_sql(
+            sql.dequeue, ([row[3] for row in pending], [row[0] for row in pending])
+        )
+    else:  # SQLite's executemany loops in C
+        conn.exec_driver_sql(sql.dequeue, [(row[3], row[0]) for row in pending])
     created_at = _bound(log_checkpoints.c.created_at, now, conn)
     checkpoints = []
     for org_id, frontier in frontiers.items():
@@ -142,7 +149,7 @@ class _Statements:
     edges: str  # the (org_id, level, index) wanted -> (org_id, level, hash or NULL)
     insert_leaf: str
     insert_node: str
-    set_log_index: str  # (log_index, execution_id)
+    dequeue: str  # (decided_at_ms, execution_id) off log_pending, now placed; arrays on PG
     insert_checkpoint: str
     lock: str = ""  # (lock id,): PostgreSQL's advisory lock for the transaction
 
@@ -164,22 +171,25 @@ _EDGES = (
 )
 
 _SQLITE = _Statements(
-    # The partial index ix_executions_unsequenced holds exactly these rows, in this order.
-    pending="SELECT execution_id, org_id, receipt, decided_at_ms FROM executions"
-    " WHERE log_index IS NULL ORDER BY decided_at_ms, execution_id LIMIT ?",
+    # log_pending's key is this order: the head of its index, each receipt by primary key.
+    pending="SELECT p.execution_id, p.org_id, e.receipt, p.decided_at_ms FROM log_pending AS p"
+    " JOIN executions AS e ON e.execution_id = p.execution_id"
+    " ORDER BY p.decided_at_ms, p.execution_id LIMIT ?",
     sizes="WITH o(org_id) AS (SELECT value FROM json_each(?))" + _SIZES,  # noqa: S608
     edges="WITH w(org_id, level, node_index) AS (SELECT json_extract(value, '$[0]'),"  # noqa: S608
     " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))" + _EDGES,
     insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash, sequenced_at)"
     " VALUES (?, ?, ?, ?, ?)",
     insert_node="INSERT INTO log_nodes (org_id, level, node_index, hash) VALUES (?, ?, ?, ?)",
-    set_log_index="UPDATE executions SET log_index = ? WHERE execution_id = ?",
+    dequeue="DELETE FROM log_pending WHERE decided_at_ms = ? AND execution_id = ?",
     insert_checkpoint="INSERT INTO log_checkpoints (org_id, tree_size, root_hash, note, created_at)"
     " VALUES (?, ?, ?, ?, ?)",
 )
 _POSTGRESQL = in_format_style(
     _SQLITE,
     lock="SELECT pg_advisory_xact_lock(%s)",
+    dequeue="DELETE FROM log_pending AS p USING unnest(%s::bigint[], %s::varchar[]) AS d(t, e)"
+    " WHERE p.decided_at_ms = d.t AND p.execution_id = d.e",
     sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))" + _SIZES,  # noqa: S608
     edges="WITH w(org_id, level, node_index) AS"  # noqa: S608
     " (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::bigint[]))" + _EDGES,
@@ -301,18 +311,18 @@ class LogStore:
     ) -> DecidedSpan:
         """Where the receipts decided in [since, until) lie in a log of ``size`` leaves."""
         in_range = _decided_in(org_id, since, until)
-        sequenced = executions.c.log_index < size
+        placed = log_leaves.c.execution_id == executions.c.execution_id
+        index = log_leaves.c.log_index
         with self.engine.connect() as conn:
             first, last = conn.execute(
-                select(func.min(executions.c.log_index), func.max(executions.c.log_index)).where(
-                    *in_range, sequenced
-                )
+                select(func.min(index), func.max(index))
+                .select_from(executions.join(log_leaves, placed))
+                .where(*in_range, index < size)
             ).one()
             pending = conn.execute(
-                select(func.count()).where(
-                    *in_range,
-                    or_(executions.c.log_index.is_(None), executions.c.log_index >= size),
-                )
+                select(func.count())
+                .select_from(executions.outerjoin(log_leaves, placed))
+                .where(*in_range, or_(index.is_(None), index >= size))
             ).scalar_one()
         if first is None:
             return DecidedSpan(0, 0, int(pending))

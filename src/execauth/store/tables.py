@@ -132,17 +132,9 @@ executions = Table(
     Column("decided_at_ms", BigInteger, nullable=False),
     Column("evaluation_input", Text, nullable=False),  # JSON: request + org facts, for replay
     Column("receipt", LargeBinary, nullable=False),  # the exact response bytes
-    Column("log_index", BigInteger, nullable=True),  # set by the sequencer (store.ledger)
     UniqueConstraint("org_id", "idempotency_key"),
     # History, usage and export by time (migration 0011 dropped its prefix, org_time).
     Index("ix_executions_org_decided", "org_id", "decided_at_ms", "execution_id"),
-    Index(
-        "ix_executions_unsequenced",
-        "decided_at_ms",
-        "execution_id",
-        sqlite_where=text("log_index IS NULL"),
-        postgresql_where=text("log_index IS NULL"),
-    ),
     # The expiry sweep's walk over escalations (migration 0010, execauth.usecases.approval_sweep).
     Index(
         "ix_executions_escalations",
@@ -208,6 +200,18 @@ log_leaves = Table(
     Column("execution_id", String(64), nullable=False, unique=True),
     Column("leaf_hash", LargeBinary, nullable=False),  # SHA-256(0x00 || signed payload)
     Column("sequenced_at", UTCDateTime, nullable=False),
+)
+
+# The receipts stored and not yet in their log (migration 0012): queued in the transaction
+# that inserts each (store/execution_writes.py), deleted in the one that places it. A
+# receipt's place in its log is its log_leaves row; its executions row is never rewritten.
+log_pending = Table(
+    "log_pending",
+    metadata,
+    Column("decided_at_ms", BigInteger, primary_key=True),
+    Column("execution_id", String(64), primary_key=True),
+    Column("org_id", String(64), nullable=False),
+    sqlite_with_rowid=False,
 )
 
 # Roots of complete, aligned subtrees of 2**level leaves: [node_index * 2**level, …).
