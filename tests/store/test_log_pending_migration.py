@@ -7,14 +7,13 @@ from collections.abc import Iterator
 from dataclasses import asdict
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, insert, inspect, select, text
 
-from execauth.store.database import MIGRATIONS, make_engine, upgrade
+from execauth.store.database import make_engine, upgrade
 from execauth.store.tables import executions, log_leaves, log_pending
 from tests.conftest import Database
 from tests.store.test_ledger import leaf
+from tests.store.test_repeats_migration import migrate
 from tests.store.test_sequence_pending import (
     NOW,
     ORGS,
@@ -25,14 +24,6 @@ from tests.store.test_sequence_pending import (
 )
 
 ORG = ORGS[0]
-
-
-def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 @pytest.fixture

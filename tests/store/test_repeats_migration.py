@@ -18,12 +18,13 @@ from tests.conftest import Database
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
 
-def migrate(engine: Engine, revision: str) -> None:
+def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
+    """Upgrade (or with ``down``, downgrade) the schema to ``revision``."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 @pytest.fixture

@@ -42,8 +42,7 @@ def insert_execution(
     if key is None:
         if quota is not None and not _grant(conn, sql, record.org_id, quota, 1):
             return QUOTA_EXHAUSTED
-        conn.exec_driver_sql(sql.insert, _row(record))
-        _queue_for_log(conn, sql, [record])
+        _store(conn, sql, [record])
         return None
     # On PostgreSQL, insert first and let the unique index tell a repeat (see
     # _insert_batch_keys_first), unless the quota cannot simply take one more: then a
@@ -159,14 +158,21 @@ def _insert_batch_priors_first(
 
     stored = [items[p][0] for p in fresh if p not in refused]
     if stored:
-        conn.exec_driver_sql(sql.insert, [_row(record) for record in stored])  # one executemany
-        _queue_for_log(conn, sql, stored)
+        _store(conn, sql, stored)
     return outcomes
 
 
+def _store(conn: Connection, sql: _Statements, records: list[ExecutionRecord]) -> None:
+    """Insert records whose keys are known to be free (one executemany), queued for
+    the sequencer."""
+    conn.exec_driver_sql(sql.insert, [_row(record) for record in records])
+    _queue_for_log(conn, sql, records)
+
+
 def _queue_for_log(conn: Connection, sql: _Statements, stored: list[ExecutionRecord]) -> None:
-    """Queue the records just inserted for the sequencer (``log_pending``), in the same
-    transaction: committed receipts and the queue never disagree."""
+    """Queue records just inserted for the sequencer (``log_pending``), in the same
+    transaction: committed receipts and the queue never disagree. (PostgreSQL's batch
+    insert queues its rows in its own statement: ``_POSTGRESQL_INSERT_NEW_KEYS``.)"""
     conn.exec_driver_sql(
         sql.queue_for_log, [(r.decided_at_ms, r.execution_id, r.org_id) for r in stored]
     )
