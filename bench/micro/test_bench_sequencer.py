@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from execauth.keyring import ActiveSigner
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
+from execauth.ledger.merkle import leaf_hash
 from execauth.policy.decision import Decision, Outcome, PolicyRef
 from execauth.receipts import build_receipt, sign_receipt
 from execauth.request import parse_execute_request
@@ -65,8 +66,11 @@ def signed_record(org_id: str) -> ExecutionRecord:
         now=NOW,
         key_id=SIGNER.key_id,
     )
-    signed, _ = sign_receipt(unsigned, SIGNER)
-    return dataclasses.replace(draft, receipt=msgspec.json.encode(signed))
+    signed, payload = sign_receipt(unsigned, SIGNER)
+    # With its leaf, as the gateway queues it (migration 0013).
+    return dataclasses.replace(
+        draft, receipt=msgspec.json.encode(signed), leaf_hash=leaf_hash(payload)
+    )
 
 
 def sign(org_id: str, tree_size: int, root_hash: bytes) -> str:

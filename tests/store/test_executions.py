@@ -131,8 +131,7 @@ def test_a_batch_stores_every_record_byte_for_byte_and_counts_each(engine: Engin
     with engine.connect() as conn:
         rows = conn.execute(select(executions).order_by(executions.c.decided_at_ms)).mappings()
         stored = [
-            ExecutionRecord(**{f: row[f] for f in ExecutionRecord.__dataclass_fields__})
-            for row in rows
+            ExecutionRecord(**{c.name: row[c.name] for c in executions.columns}) for row in rows
         ]
     assert stored == records
     assert counted(engine) == 6  # the counter row did not exist: created by the batch

@@ -1,5 +1,6 @@
 """Migration 0012: the sequencer's work moves from ``executions.log_index IS NULL`` to the
-``log_pending`` queue, which the writer fills in the transaction that stores a receipt."""
+``log_pending`` queue, which the writer fills in the transaction that stores a receipt;
+migration 0013: each queued receipt carries its leaf, computed where it was signed."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def sequenced_before_0012(engine: Engine, receipts: Receipts, position: int) -> 
 def stored_before_0012(engine: Engine, receipts: Receipts, org_ids: list[str]) -> None:
     """Rows as the writer before 0012 stored them: nothing queued, ``log_index`` NULL."""
     with engine.begin() as conn:
-        conn.execute(insert(executions), [asdict(r) for r in receipts.records(org_ids)])
+        rows = [asdict(r) for r in receipts.records(org_ids)]
+        names = [column.name for column in executions.columns]  # not the queue's leaf
+        conn.execute(insert(executions), [{name: row[name] for name in names} for row in rows])
 
 
 def test_receipts_not_yet_sequenced_are_queued_and_continue_the_log(engine: Engine) -> None:
@@ -99,3 +102,17 @@ def test_downgrade_gives_each_row_its_log_index_back(engine: Engine) -> None:
         (f"service_exec_{n:026d}", index) for n, index in ((1, 0), (2, 1), (3, None))
     ]
     assert "log_pending" not in inspect(engine).get_table_names()
+
+
+def test_downgrade_from_0013_keeps_the_queue_and_its_receipts_are_placed(engine: Engine) -> None:
+    upgrade(engine)
+    receipts = Receipts(engine)
+    receipts.store([ORG, ORGS[1]])
+    migrate(engine, "0012", down=True)
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("log_pending")}
+        assert len(conn.execute(text("SELECT execution_id FROM log_pending")).all()) == 2
+    assert "leaf_hash" not in columns
+    upgrade(engine)  # queued without their leaves again: read from the stored receipts
+    assert len(sequence(engine, limit=10)) == 2
+    assert_logs_are_rfc9162(engine, receipts)

@@ -95,6 +95,7 @@ class Receipts:
                     decided_at_ms=1_795_000_000_000 + n,
                     evaluation_input="{}",
                     receipt=msgspec.json.encode(receipt),
+                    leaf_hash=leaf(receipt),  # as the gateway that signed it computes it
                 )
             )
         return records
@@ -181,6 +182,19 @@ def test_receipts_are_sequenced_oldest_first_and_report_their_decision_times(
     assert_logs_are_rfc9162(engine, receipts)
 
 
+def test_a_receipt_queued_without_its_leaf_is_placed_with_the_leaf_of_its_stored_bytes(
+    engine: Engine,
+) -> None:
+    # Receipts queued before migration 0013 carry no leaf; the sequencer reads theirs.
+    receipts = Receipts(engine)
+    with engine.begin() as conn:
+        records = receipts.records([ORGS[0], ORGS[1], ORGS[0]])
+        unleaved = [dataclasses.replace(r, leaf_hash=None) for r in records[:2]]
+        insert_batch(conn, [(r, None) for r in [*unleaved, records[2]]])
+    assert len(sequence(engine, limit=10)) == 3
+    assert_logs_are_rfc9162(engine, receipts)
+
+
 def test_every_stored_receipt_is_queued_once_and_a_repeat_is_not(engine: Engine) -> None:
     receipts = Receipts(engine)
     alone, keyed, first, again, other = receipts.records([ORGS[0]] * 5)
@@ -195,5 +209,8 @@ def test_every_stored_receipt_is_queued_once_and_a_repeat_is_not(engine: Engine)
         assert [outcome is None for outcome in outcomes] == [True, False, True]
         assert insert_execution(conn, again) is not None  # the key is taken: a repeat
     with engine.connect() as conn:
-        queued = conn.execute(select(log_pending.c.execution_id)).scalars().all()
-    assert sorted(queued) == sorted(r.execution_id for r in (alone, keyed, first, other))
+        queued = conn.execute(select(log_pending.c.execution_id, log_pending.c.leaf_hash)).all()
+    # Each with the leaf its record carried: on PostgreSQL the batch's statement pairs them.
+    assert sorted((e, bytes(h)) for e, h in queued) == sorted(
+        (r.execution_id, r.leaf_hash) for r in (alone, keyed, first, other)
+    )

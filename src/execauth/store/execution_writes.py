@@ -174,7 +174,8 @@ def _queue_for_log(conn: Connection, sql: _Statements, stored: list[ExecutionRec
     transaction: committed receipts and the queue never disagree. (PostgreSQL's batch
     insert queues its rows in its own statement: ``_POSTGRESQL_INSERT_NEW_KEYS``.)"""
     conn.exec_driver_sql(
-        sql.queue_for_log, [(r.decided_at_ms, r.execution_id, r.org_id) for r in stored]
+        sql.queue_for_log,
+        [(r.decided_at_ms, r.execution_id, r.org_id, r.leaf_hash) for r in stored],
     )
 
 
@@ -209,6 +210,7 @@ def _insert_batch_keys_first(
     # in one order, never in a cycle.
     ordered = sorted(fresh, key=lambda p: (items[p][0].org_id, items[p][0].idempotency_key or ""))
     columns = [list(column) for column in zip(*(_row(items[p][0]) for p in ordered), strict=True)]
+    columns.append([items[p][0].leaf_hash for p in ordered])
     inserted = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_INSERT_NEW_KEYS, tuple(columns))}
 
     outcomes: list[WriteOutcome] = [None] * len(items)
@@ -251,7 +253,8 @@ def _count_whole(conn: Connection, org_id: str, quota: QuotaCheck, n: int) -> bo
 # SQLAlchemy's Core each execution also cost a cache-key walk over the statement and a
 # parameter dict per row: more CPU than the database's own work. exec_driver_sql hands
 # the text and the parameter tuples to the DB-API driver as they are.
-_COLUMNS = tuple(ExecutionRecord.__dataclass_fields__)
+# The record's fields but its leaf hash, which is queued for the sequencer (log_pending).
+_COLUMNS = tuple(name for name in ExecutionRecord.__dataclass_fields__ if name != "leaf_hash")
 assert set(_COLUMNS) <= set(executions.c.keys()), "ExecutionRecord names a missing column"
 _row = operator.attrgetter(*_COLUMNS)  # a record as its INSERT parameters (a tuple, in C)
 _INSERT = (
@@ -292,7 +295,8 @@ _SQLITE = _Statements(
     current_count="SELECT executes FROM usage_counters WHERE org_id = ? AND period = ?",
     add_to_count="UPDATE usage_counters SET executes = executes + ?"
     " WHERE org_id = ? AND period = ?",
-    queue_for_log="INSERT INTO log_pending (decided_at_ms, execution_id, org_id) VALUES (?, ?, ?)",
+    queue_for_log="INSERT INTO log_pending (decided_at_ms, execution_id, org_id, leaf_hash)"
+    " VALUES (?, ?, ?, ?)",
 )
 _POSTGRESQL = in_format_style(
     _SQLITE,
@@ -315,13 +319,16 @@ _POSTGRESQL = in_format_style(
 # took 37 of 54 ms for 256 rows (cProfile); binary costs what executemany does.
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 # The rows it stored are queued for the sequencer by the same statement.
+_NAMES = ", ".join(_COLUMNS)
+_ARRAYS = ", ".join(f"%b::{executions.c[c].type.compile(dialect=_PG)}[]" for c in _COLUMNS)
 _POSTGRESQL_INSERT_NEW_KEYS = (
-    f"WITH stored AS (INSERT INTO executions ({', '.join(_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
-    + ", ".join(f"%b::{executions.c[column].type.compile(dialect=_PG)}[]" for column in _COLUMNS)
-    + ") ON CONFLICT (org_id, idempotency_key) DO NOTHING"
+    f"WITH given AS (SELECT * FROM unnest({_ARRAYS}, %b::bytea[]) AS g({_NAMES}, leaf_hash)),"  # noqa: S608
+    f" stored AS (INSERT INTO executions ({_NAMES}) SELECT {_NAMES} FROM given"
+    " ON CONFLICT (org_id, idempotency_key) DO NOTHING"
     " RETURNING decided_at_ms, execution_id, org_id),"
-    " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id)"
-    " SELECT decided_at_ms, execution_id, org_id FROM stored)"
+    " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id, leaf_hash)"
+    " SELECT s.decided_at_ms, s.execution_id, s.org_id, g.leaf_hash"
+    " FROM stored AS s JOIN given AS g USING (execution_id))"
     " SELECT execution_id FROM stored"
 )
 

@@ -49,6 +49,9 @@ class ExecutionRecord:
     decided_at_ms: int
     evaluation_input: str  # JSON
     receipt: bytes  # the response body, byte for byte
+    # Its Merkle leaf, SHA-256(0x00 || the bytes its signature covers), computed by the
+    # signer and queued for the sequencer; None on a record read back from the store.
+    leaf_hash: bytes | None = None
 
     def as_prior(self) -> PriorExecution:
         """What this record's idempotency key stands for, once it is stored."""
@@ -318,7 +321,7 @@ def _record(row: Any) -> ExecutionRecord:
         **{
             field: row[field]
             for field in ExecutionRecord.__dataclass_fields__
-            if field != "receipt"
+            if field not in ("receipt", "leaf_hash")
         },
         receipt=bytes(row["receipt"]),
     )

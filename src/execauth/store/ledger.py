@@ -108,10 +108,11 @@ def sequence_pending(
     sequenced_at = _bound(log_leaves.c.sequenced_at, now, conn)
     leaves: list[tuple[Any, ...]] = []
     nodes: list[tuple[str, int, int, bytes]] = []
-    for execution_id, org_id, receipt, _ in pending:
+    computed = _leaves_of_stored(conn, sql, [row[0] for row in pending if row[2] is None])
+    for execution_id, org_id, queued_leaf, _ in pending:
         frontier = frontiers[org_id]
-        # Recomputed from the stored bytes, not taken on trust: the leaf is what was signed.
-        digest = leaf_hash(signing_payload(msgspec.json.decode(receipt)))
+        # The leaf the signer queued: the hash of the very bytes its signature covers.
+        digest = bytes(queued_leaf) if queued_leaf is not None else computed[execution_id]
         leaves.append((org_id, frontier.size, execution_id, digest, sequenced_at))
         nodes.extend((org_id, *closed) for closed in frontier.append(digest))
     # executemany, straight to the driver: one statement each, whatever the batch size.
@@ -134,6 +135,20 @@ def sequence_pending(
     return [row[3] for row in pending]
 
 
+def _leaves_of_stored(
+    conn: Connection, sql: _Statements, execution_ids: list[str]
+) -> dict[str, bytes]:
+    """The leaves of receipts queued without one (before migration 0013), computed from
+    the stored receipts: the hash of their signed fields, as a verifier computes it."""
+    if not execution_ids:
+        return {}
+    ids = execution_ids if sql is _POSTGRESQL else msgspec.json.encode(execution_ids).decode()
+    return {
+        execution_id: leaf_hash(signing_payload(msgspec.json.decode(receipt)))
+        for execution_id, receipt in conn.exec_driver_sql(sql.receipts, (ids,))
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class _Statements:
     """The sequencer's statements as SQL text, run through ``exec_driver_sql``.
@@ -144,7 +159,9 @@ class _Statements:
     psycopg's ``%s`` of them.
     """
 
-    pending: str  # (limit,) -> (execution_id, org_id, receipt, decided_at_ms), oldest first
+    # (limit,) -> (execution_id, org_id, leaf_hash or NULL, decided_at_ms), oldest first
+    pending: str
+    receipts: str  # (execution ids,) -> (execution_id, receipt)
     sizes: str  # the batch's orgs -> (org_id, largest log_index or NULL)
     edges: str  # the (org_id, level, index) wanted -> (org_id, level, hash or NULL)
     insert_leaf: str
@@ -171,10 +188,11 @@ _EDGES = (
 )
 
 _SQLITE = _Statements(
-    # log_pending's key is this order: the head of its index, each receipt by primary key.
-    pending="SELECT p.execution_id, p.org_id, e.receipt, p.decided_at_ms FROM log_pending AS p"
-    " JOIN executions AS e ON e.execution_id = p.execution_id"
-    " ORDER BY p.decided_at_ms, p.execution_id LIMIT ?",
+    # log_pending's key is this order: the head of its index, no receipt read.
+    pending="SELECT execution_id, org_id, leaf_hash, decided_at_ms FROM log_pending"
+    " ORDER BY decided_at_ms, execution_id LIMIT ?",
+    receipts="SELECT execution_id, receipt FROM executions"
+    " WHERE execution_id IN (SELECT value FROM json_each(?))",
     sizes="WITH o(org_id) AS (SELECT value FROM json_each(?))" + _SIZES,  # noqa: S608
     edges="WITH w(org_id, level, node_index) AS (SELECT json_extract(value, '$[0]'),"  # noqa: S608
     " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))" + _EDGES,
@@ -188,6 +206,7 @@ _SQLITE = _Statements(
 _POSTGRESQL = in_format_style(
     _SQLITE,
     lock="SELECT pg_advisory_xact_lock(%s)",
+    receipts="SELECT execution_id, receipt FROM executions WHERE execution_id = ANY(%s::varchar[])",
     dequeue="DELETE FROM log_pending AS p USING unnest(%s::bigint[], %s::varchar[]) AS d(t, e)"
     " WHERE p.decided_at_ms = d.t AND p.execution_id = d.e",
     sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))" + _SIZES,  # noqa: S608

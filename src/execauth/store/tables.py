@@ -211,6 +211,9 @@ log_pending = Table(
     Column("decided_at_ms", BigInteger, primary_key=True),
     Column("execution_id", String(64), primary_key=True),
     Column("org_id", String(64), nullable=False),
+    # SHA-256(0x00 || signed payload), from the gateway that signed it; NULL for a
+    # receipt queued before migration 0013 (the sequencer then computes it).
+    Column("leaf_hash", LargeBinary, nullable=True),
     sqlite_with_rowid=False,
 )
 

@@ -26,6 +26,7 @@ from execauth.errors import (
     SurfaceNotFound,
     Unauthorized,
 )
+from execauth.ledger.merkle import leaf_hash
 from execauth.observability import tracing
 from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
@@ -294,7 +295,7 @@ class ExecutionService:
                 now=now,
                 key_id=signer.key_id,
             )
-            receipt, _payload = sign_receipt(unsigned, signer)
+            receipt, payload = sign_receipt(unsigned, signer)
             body = msgspec.json.encode(receipt)
         tracing.annotate(receipt_id=receipt["receipt_id"], execution_id=receipt["execution_id"])
         stored_input: dict[str, object] = {
@@ -323,6 +324,7 @@ class ExecutionService:
             decided_at_ms=int(now.timestamp() * 1000),
             evaluation_input=msgspec.json.encode(stored_input).decode(),
             receipt=body,
+            leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
         )
         with tracing.step("commit"):  # the wait until the receipt is durable
             prior = await self.runtime.writer.write(record, quota_for(plan, now))
@@ -397,7 +399,7 @@ class ExecutionService:
             permit_ttl_seconds=terms.permit_ttl_seconds,
             key_id=signer.key_id,
         )
-        receipt, _payload = sign_receipt(unsigned, signer)
+        receipt, payload = sign_receipt(unsigned, signer)
         return ExecutionRecord(
             execution_id=receipt["execution_id"],
             receipt_id=receipt["receipt_id"],
@@ -414,4 +416,5 @@ class ExecutionService:
             decided_at_ms=int(now.timestamp() * 1000),
             evaluation_input=execution.evaluation_input,
             receipt=msgspec.json.encode(receipt),
+            leaf_hash=leaf_hash(payload),
         )
