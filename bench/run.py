@@ -1,6 +1,6 @@
 """Load benchmark: execauth vs. a plain Starlette handler vs. the Cerbos PDP, under wrk.
 
-    .venv/bin/python bench/run.py [--duration 20] [--postgres] [--profile] [--micro]
+    .venv/bin/python bench/run.py [--duration 20] [--postgres] [--profile] [--micro] [--in-process]
 
 Each target is started as a subprocess on a free port, warmed up, then driven by
 ``wrk -t2 -c32 -d<duration>s`` (bench/wrk/*.lua); the table goes to stdout and, with
@@ -22,7 +22,8 @@ the machine's description, to ``bench/results/<timestamp>.json``.
 dropped after. ``--profile`` records execauth under the same load with py-spy
 (bench/results/profile-<timestamp>.svg/.speedscope.json and a top-functions table),
 in a separate pass so that sampling does not disturb the measured run. ``--micro`` runs
-the pytest-benchmark micro benchmarks (bench/micro) instead of the load benchmark.
+the pytest-benchmark micro benchmarks (bench/micro) instead of the load benchmark;
+``--in-process`` the gateway's CPU per execute in process (bench/in_process.py).
 """
 
 from __future__ import annotations
@@ -796,6 +797,11 @@ def main() -> int:
         metavar="EXECAUTH_NAME=VALUE",
         help="an execauth setting for every execauth target, e.g. EXECAUTH_DECISION_LOG=off",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="measure the gateway's CPU per execute in process instead (bench/in_process.py)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
         "--capacity",
@@ -805,6 +811,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.micro:
         return run_micro()
+    if args.in_process:
+        from in_process import main as run_in_process  # bench/in_process.py
+
+        return run_in_process([])
     if args.capacity:
         from capacity import run_capacity  # bench/capacity.py, beside this file
 
