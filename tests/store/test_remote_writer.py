@@ -54,11 +54,19 @@ def socket_dir() -> Iterator[Path]:
 
 @dataclass
 class WriterSide:
-    """The writer process's half, run in the test's loop."""
+    """The writer process's half, run in the test's loop: its commits on a thread of their
+    own, or (as the writer process runs them) on the loop that reads the frames."""
 
     writer: ReceiptWriter
     socket_path: str
+    commits_on: str  # "thread" or "loop"
     server: WriterServer | None = None
+
+    def start_writer(self) -> None:
+        if self.commits_on == "loop":
+            self.writer.start_on_loop(asyncio.get_running_loop())
+        else:
+            self.writer.start()
 
     async def start(self) -> None:
         self.server = WriterServer(self.writer.submit)
@@ -69,12 +77,14 @@ class WriterSide:
         await self.server.close()
 
 
-@pytest.fixture
-async def writer_side(runtime: Runtime, socket_dir: Path) -> AsyncIterator[WriterSide]:
+@pytest.fixture(params=["thread", "loop"])
+async def writer_side(
+    runtime: Runtime, socket_dir: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[WriterSide]:
     local = runtime.writer
     assert isinstance(local, ReceiptWriter)
-    local.start()
-    side = WriterSide(local, str(socket_dir / "writer.sock"))
+    side = WriterSide(local, str(socket_dir / "writer.sock"), request.param)
+    side.start_writer()
     await side.start()
     # The gateway of a worker: it has no writer thread, only the socket.
     local_path = runtime.write_path
@@ -219,10 +229,10 @@ async def test_no_reply_in_time_is_503(
 async def test_a_writer_that_cannot_store_is_503(
     client: httpx.AsyncClient, tenant: Tenant, writer_side: WriterSide
 ) -> None:
-    writer_side.writer.stop()  # the writer process is up, its writer thread is not
+    writer_side.writer.stop()  # the writer process is up, its writer is not
     response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
     assert_unavailable(response, "not accepting writes")
-    writer_side.writer.start()
+    writer_side.start_writer()
 
 
 # --- frames on the socket ---------------------------------------------------------------

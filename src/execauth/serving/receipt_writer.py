@@ -1,10 +1,17 @@
-"""The receipt writer: one thread, group commit, no acknowledged receipt lost.
+"""The receipt writer: group commit, no acknowledged receipt lost.
 
 Requests hand their ``ExecutionRecord`` to ``write`` (or a ``Repeat`` a gateway
-answered itself to ``count_repeat``) and wait; the writer thread takes everything
+answered itself to ``count_repeat``) and wait; the writer takes everything
 queued, stores it in one transaction and commits once (one fsync for the whole batch
 under SQLite ``synchronous=FULL``), then wakes each waiter. Only after that does the
 gateway send the receipt: an answered receipt is a kept one.
+
+Where the commits run: on a thread of their own (``start``) in a process that also
+serves requests, so that a commit never holds up the event loop; or on the event loop
+itself (``start_on_loop``) in the writer process of ``serve --workers N``, whose loop
+only carries frames: there a batch is what its loop read in one turn, and committing
+it where it was read saves the hand-offs between two threads (two wake-ups and a GIL
+transfer per batch; docs/performance.md, "The writer on its loop").
 
 A failing batch is retried one record per transaction so that one bad row (an
 id collision, say) fails only its own request. A request whose record could not
@@ -78,6 +85,10 @@ class ReceiptWriter:
         self._background: Callable[[Connection], bool] | None = None
         self._background_interval = 1.0
         self._background_last = 0.0
+        # start_on_loop: the loop that commits, and what it read this turn.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._read: list[_Pending] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     def run_in_background(self, job: Callable[[Connection], bool], interval: float) -> None:
         """Run ``job`` in its own transaction on the writer's connection, every ``interval``;
@@ -93,11 +104,13 @@ class ReceiptWriter:
 
     @property
     def running(self) -> bool:
+        if self._loop is not None:
+            return not self._loop.is_closed()
         return self._thread is not None and self._thread.is_alive()
 
     def queued(self) -> int:
         """Receipts handed to ``write`` that no batch has taken yet (for metrics)."""
-        return self._queue.qsize()
+        return self._queue.qsize() + len(self._read)
 
     async def ready(self) -> bool:
         return self.running
@@ -106,8 +119,24 @@ class ReceiptWriter:
         self._thread = threading.Thread(target=self._run, name="execauth-writer", daemon=True)
         self._thread.start()
 
+    def start_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit on ``loop``, at the end of each turn that read records (the writer
+        process, whose loop does nothing else); ``submit`` is then called on it."""
+        self._loop = loop
+        self._idle_timer = loop.call_later(self._idle_wait(), self._on_idle)
+
     def stop(self) -> None:
-        """Commit everything queued so far, then end the thread."""
+        """Commit everything queued so far, then end the thread (or leave the loop)."""
+        if self._loop is not None:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+            while self._read:  # read but not committed: committed now, answered if possible
+                self._commit_read(rest_later=False)
+            self._loop = None
+            if self._connection is not None:
+                self._connection.close()
+            self._lock.close()
+            return
         if self._thread is None:
             return
         self._queue.put(_STOP)
@@ -159,9 +188,40 @@ class ReceiptWriter:
         """
         if not self.running:
             raise ServiceUnavailable("the receipt store is not accepting writes")
+        if self._loop is not None:
+            self._read.append(_Pending(record, quota, loop, settle))
+            if len(self._read) == 1:  # the first of this turn: commit once the turn is done
+                self._loop.call_soon(self._commit_read)
+            return
         self._queue.put(_Pending(record, quota, loop, settle))
 
-    # the writer thread ------------------------------------------------------
+    # on the loop (start_on_loop) ----------------------------------------------
+    def _commit_read(self, *, rest_later: bool = True) -> None:
+        """Commit what the loop read (up to ``max_batch``; the rest in the next turn),
+        then the background job if it is due."""
+        batch, self._read = self._read[: self.max_batch], self._read[self.max_batch :]
+        if self._read and rest_later:
+            assert self._loop is not None
+            self._loop.call_soon(self._commit_read)
+        if batch:
+            self._commit(batch)
+        if rest_later and self._loop is not None:
+            # After the replies this commit scheduled have been sent: a sequencer pass
+            # takes milliseconds, which the answered requests must not wait for.
+            self._loop.call_soon(self._maybe_run_background)
+        else:
+            self._maybe_run_background()
+
+    def _on_idle(self) -> None:
+        """With nothing read for a while, the background job still runs on time."""
+        self._maybe_run_background()
+        if self._loop is not None and not self._loop.is_closed():
+            self._idle_timer = self._loop.call_later(self._idle_wait(), self._on_idle)
+
+    def _idle_wait(self) -> float:
+        return min(self._background_interval, 0.25)
+
+    # on its own thread (start) ------------------------------------------------
     def _run(self) -> None:
         stopping = False
         while not stopping:
@@ -307,7 +367,14 @@ def _settle(outcomes: list[_Outcome]) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    try:
+        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
     for loop, settled in by_loop.items():
+        if loop is here:  # committed on the waiters' own loop: answer them now
+            _resolve(settled)
+            continue
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to answer
             loop.call_soon_threadsafe(_resolve, settled)
 

@@ -7,7 +7,8 @@ write lock (docs/performance.md). With several gateway processes that wait would
 also hold up every other process's commit. So the serving topology is N gateway
 workers that decide and sign, and one writer process that owns the database's
 write path: the group-commit ``ReceiptWriter`` and the sequencer, as in a single
-process, only with a GIL to themselves.
+process, only with a GIL to themselves; there the writer commits on the loop that
+reads the frames (``ReceiptWriter.start_on_loop``), a batch being what one turn read.
 
 The gateways reach it over a Unix socket. Each frame is a 4-byte big-endian
 length and a msgpack body (msgspec): a ``WriteRequest`` carries the record and its
@@ -122,10 +123,10 @@ class _Outbox:
 
     def put(self, frame: bytes) -> None:
         if not self._frames:
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self.flush)
         self._frames.append(frame)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         frames, self._frames = self._frames, []
         if not self.stream.is_closing():
             self.stream.write(b"".join(frames))
@@ -178,15 +179,17 @@ class WriterServer:
             log.exception("a gateway connection sent something unreadable; closing it")
         finally:
             # Every record read is written and answered (if the gateway still listens):
-            # its commit may already be under way.
+            # its commit may already be under way. The last replies may still wait for
+            # their turn's send: sent now, before the close.
             await answering.all_answered()
+            answering.send_now()
             writer.close()
             self._connections.discard(task)
             if not self._connections:
                 self._idle.set()
 
     def _accept(self, request: WriteRequest | CountRepeat, answering: _Answering) -> None:
-        """Hand the record to the writer thread; its reply leaves once the batch committed."""
+        """Hand the record to the writer; its reply leaves once the batch committed."""
         answering.started()
         item, quota = (
             (request.record, request.quota)
@@ -206,7 +209,7 @@ class _Answering:
 
     def __init__(self, outbox: _Outbox, loop: asyncio.AbstractEventLoop) -> None:
         self._outbox = outbox
-        self.loop = loop  # where the writer thread's batches call ``answer``
+        self.loop = loop  # where the writer's committed batches call ``answer``
         self._in_flight = 0
         self._none_in_flight = asyncio.Event()
         self._none_in_flight.set()
@@ -229,6 +232,9 @@ class _Answering:
 
     async def all_answered(self) -> None:
         await self._none_in_flight.wait()
+
+    def send_now(self) -> None:
+        self._outbox.flush()
 
 
 def _reply(

@@ -3,8 +3,9 @@
 It never runs on the request path: a receipt is answered once
 durable, and sequenced within about a second after. Every instance runs one;
 the store makes sure only one works at a time. On PostgreSQL it is a thread of
-its own; on SQLite it runs between receipt batches on the writer's thread,
-because SQLite has a single write lock and a second writer would stall the first.
+its own; on SQLite it runs between receipt batches where the writer commits (its
+thread, or the writer process's loop), because SQLite has a single write lock and a
+second writer would stall the first.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Sequencer:
         self._thread: threading.Thread | None = None
 
     def start(self, writer: ReceiptWriter) -> None:
-        """Sequence on the writer's thread for SQLite (one write lock), else on our own."""
+        """Sequence where the writer commits for SQLite (one write lock), else on our own."""
         if writer.engine.dialect.name == "sqlite":
             writer.run_in_background(self._step_on, self._interval)
             return
@@ -63,7 +64,7 @@ class Sequencer:
         self._thread.start()
 
     def _step_on(self, conn: Connection) -> bool:
-        """One bounded step on the writer's thread; ``True`` when receipts are still pending."""
+        """One bounded step where the writer commits; ``True`` when receipts are still pending."""
         now = self._clock()
         decided = sequence_pending(conn, limit=WRITER_BATCH, now=now, sign=self._sign)
         self._observe(now, decided)

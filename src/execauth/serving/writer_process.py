@@ -59,8 +59,7 @@ def run_writer_process(socket_path: str) -> None:
     write_path = build_write_path(settings, engine, secret, keyring, Metrics())
     assert write_path.local is not None  # no writer socket: this process commits
     writer = write_path.local
-    write_path.start()
-    write_path.start_log_keeping()
+    write_path.start_log_keeping()  # the sequencer's passes: registered with the writer
     freeze_startup_objects()
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
@@ -87,6 +86,8 @@ async def _serve(
     *,
     drain_seconds: float,
 ) -> None:
+    # Commits on this loop, which only carries frames (serving/receipt_writer.py).
+    writer.start_on_loop(asyncio.get_running_loop())
     server = WriterServer(writer.submit)
     await server.start(socket_path)
     stopping = asyncio.Event()
