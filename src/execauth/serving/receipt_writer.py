@@ -130,12 +130,11 @@ class ReceiptWriter:
         if self._loop is not None:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
-            while self._read:  # read but not committed: committed now, answered if possible
-                self._commit_read(rest_later=False)
+            # Off the loop (it may be closed): waiters are answered through it, if it runs.
             self._loop = None
-            if self._connection is not None:
-                self._connection.close()
-            self._lock.close()
+            while self._read:  # read but not committed: committed now
+                self._commit(self._next_read_batch())
+            self._close()
             return
         if self._thread is None:
             return
@@ -196,21 +195,23 @@ class ReceiptWriter:
         self._queue.put(_Pending(record, quota, loop, settle))
 
     # on the loop (start_on_loop) ----------------------------------------------
-    def _commit_read(self, *, rest_later: bool = True) -> None:
+    def _commit_read(self) -> None:
         """Commit what the loop read (up to ``max_batch``; the rest in the next turn),
         then the background job if it is due."""
+        loop = self._loop
+        if loop is None or not self._read:  # stopped meanwhile: stop() committed them
+            return
+        batch = self._next_read_batch()
+        if self._read:
+            loop.call_soon(self._commit_read)
+        self._commit(batch)
+        # After the replies this commit scheduled have been sent: a sequencer pass takes
+        # milliseconds, which the answered requests must not wait for.
+        loop.call_soon(self._maybe_run_background)
+
+    def _next_read_batch(self) -> list[_Pending]:
         batch, self._read = self._read[: self.max_batch], self._read[self.max_batch :]
-        if self._read and rest_later:
-            assert self._loop is not None
-            self._loop.call_soon(self._commit_read)
-        if batch:
-            self._commit(batch)
-        if rest_later and self._loop is not None:
-            # After the replies this commit scheduled have been sent: a sequencer pass
-            # takes milliseconds, which the answered requests must not wait for.
-            self._loop.call_soon(self._maybe_run_background)
-        else:
-            self._maybe_run_background()
+        return batch
 
     def _on_idle(self) -> None:
         """With nothing read for a while, the background job still runs on time."""
@@ -227,7 +228,7 @@ class ReceiptWriter:
         while not stopping:
             batch: list[_Pending] = []
             try:
-                item = self._queue.get(timeout=min(self._background_interval, 0.25))
+                item = self._queue.get(timeout=self._idle_wait())
             except queue.Empty:
                 self._maybe_run_background()
                 continue
@@ -246,6 +247,9 @@ class ReceiptWriter:
             if batch:
                 self._commit(batch)
             self._maybe_run_background()
+        self._close()
+
+    def _close(self) -> None:
         if self._connection is not None:
             self._connection.close()
         self._lock.close()
@@ -281,7 +285,8 @@ class ReceiptWriter:
                 return
             if len(batch) == 1:
                 log.exception("receipt write failed")
-                _settle([(batch[0], None, ServiceUnavailable("the receipt could not be stored"))])
+                failed = ServiceUnavailable("the receipt could not be stored")
+                _settle([(batch[0], None, failed)], self._loop)
                 return
             for pending in batch:
                 self._commit([pending])
@@ -293,7 +298,7 @@ class ReceiptWriter:
                 outcomes.append((pending, None, pending.quota.exceeded(_decided_at(pending))))
             else:
                 outcomes.append((pending, result, None))
-        _settle(outcomes)
+        _settle(outcomes, self._loop)
 
     def _insert(self, batch: list[_Pending]) -> list[WriteOutcome]:
         if self._connection is None or self._connection.closed:
@@ -358,21 +363,18 @@ def expire_unconfirmed(future: asyncio.Future[Any]) -> None:
 _Outcome = tuple[_Pending, PriorExecution | None, BaseException | None]
 
 
-def _settle(outcomes: list[_Outcome]) -> None:
+def _settle(outcomes: list[_Outcome], here: asyncio.AbstractEventLoop | None) -> None:
     """Wake the waiters of a committed batch: one hand-off to each event loop, not one each.
 
     Every ``call_soon_threadsafe`` wakes its loop through a pipe, a system call and
-    a context switch; a batch of 30 would pay that 30 times.
+    a context switch; a batch of 30 would pay that 30 times. ``here`` is the loop the
+    commit ran on, if any (``start_on_loop``): its own waiters are answered at once.
     """
     by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].loop, []).append(outcome)
-    try:
-        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        here = None
     for loop, settled in by_loop.items():
-        if loop is here:  # committed on the waiters' own loop: answer them now
+        if loop is here:  # committed on the waiters' own loop (``here``): answer them now
             _resolve(settled)
             continue
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to answer

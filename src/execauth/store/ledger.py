@@ -142,11 +142,17 @@ def _leaves_of_stored(
     the stored receipts: the hash of their signed fields, as a verifier computes it."""
     if not execution_ids:
         return {}
-    ids = execution_ids if sql is _POSTGRESQL else msgspec.json.encode(execution_ids).decode()
     return {
         execution_id: leaf_hash(signing_payload(msgspec.json.decode(receipt)))
-        for execution_id, receipt in conn.exec_driver_sql(sql.receipts, (ids,))
+        for execution_id, receipt in conn.exec_driver_sql(
+            sql.receipts, _list_parameter(sql, execution_ids)
+        )
     }
+
+
+def _list_parameter(sql: _Statements, values: list[str]) -> tuple[Any, ...]:
+    """A list as the statement's one parameter: an array on PostgreSQL, JSON on SQLite."""
+    return (values,) if sql is _POSTGRESQL else (json.dumps(values),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +230,7 @@ def _bound(column: Column[Any], value: Any, conn: Connection) -> Any:
 def _frontiers(conn: Connection, sql: _Statements, org_ids: list[str]) -> dict[str, _Frontier]:
     """The right edge of each of these logs, in two statements whatever their number."""
     postgres = sql is _POSTGRESQL
-    found = conn.exec_driver_sql(sql.sizes, (org_ids,) if postgres else (json.dumps(org_ids),))
+    found = conn.exec_driver_sql(sql.sizes, _list_parameter(sql, org_ids))
     sizes = {org_id: 0 if largest is None else int(largest) + 1 for org_id, largest in found}
     # A log of size n ends in one complete subtree per bit set in n, largest first.
     edges: dict[str, list[tuple[int, int]]] = {}  # org_id -> (level, index) of each
