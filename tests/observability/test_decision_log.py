@@ -14,9 +14,8 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from starlette.requests import Request
-from starlette.responses import Response
 
+from execauth.api.execute_endpoint import ExecuteAnswer
 from execauth.config import PlanSettings, Settings
 from execauth.errors import RateLimited
 from execauth.observability.decision_log import DecisionLog
@@ -261,13 +260,9 @@ async def test_a_disabled_decision_logger_writes_nothing(
     assert len(lines()) == 0
 
 
-def _request() -> Request:
-    return Request({"type": "http", "method": "POST", "path": "/v1/execute", "headers": []})
-
-
 def test_an_unexpected_exception_is_a_500_refusal_naming_its_type_at_the_clock_time() -> None:
     log = DecisionLog(clock=lambda: 86_400.25, trace_ids=lambda: None)
-    line = log.fields(_request(), None, KeyError("boom"), 0.002)
+    line = log.fields({}, None, KeyError("boom"), 0.002)
     assert (line["time"], line["status"], line["error"], line["exception"]) == (
         "1970-01-02T00:00:00.250Z",
         500,
@@ -279,7 +274,7 @@ def test_an_unexpected_exception_is_a_500_refusal_naming_its_type_at_the_clock_t
 
 def test_trace_and_span_ids_are_logged_when_a_trace_is_current() -> None:
     log = DecisionLog(trace_ids=lambda: ("a" * 32, "b" * 16))
-    line = log.fields(_request(), None, KeyError("boom"), 0.0)
+    line = log.fields({}, None, KeyError("boom"), 0.0)
     assert (line["trace_id"], line["span_id"]) == ("a" * 32, "b" * 16)
 
 
@@ -287,6 +282,6 @@ def test_a_line_that_cannot_be_built_never_raises_into_the_request(
     lines: Lines, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = DecisionLog(trace_ids=lambda: None)
-    log.record(_request(), Response(b"not a receipt", 200), None, 0.0)
+    log.record({}, ExecuteAnswer(200, b"not a receipt", [], repeated=False), None, 0.0)
     assert len(lines()) == 0
     assert "writing the decision log failed" in caplog.text

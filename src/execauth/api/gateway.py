@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import time
 from importlib.resources import files
 
 import anyio.to_thread
@@ -14,33 +13,18 @@ from starlette.routing import BaseRoute, Route
 
 from execauth.api.approval_routes import approval_routes
 from execauth.api.consume_routes import consume_routes
-from execauth.api.wire import (
-    json_response,
-    profile_headers,
-    read_json_body,
-    request_id,
-    wire_profile,
-)
-from execauth.errors import (
-    ExecauthError,
-    InvalidRequest,
-    QuotaExceeded,
-    RateLimited,
-    ServiceUnavailable,
-)
+from execauth.api.execute_endpoint import ExecuteEndpoint
+from execauth.api.wire import json_response, read_json_body
+from execauth.errors import InvalidRequest, ServiceUnavailable
 from execauth.keyring import KEY_LIST_CACHE_TTL, jwks_document, key_list_document
-from execauth.observability import tracing
 from execauth.observability.decision_log import DecisionLog
 from execauth.receipt_shape import check_receipt_shape
-from execauth.request import parse_execute_request
 from execauth.serving.runtime import Runtime
 from execauth.usecases.approve import Approvals
 from execauth.usecases.consume import ReceiptConsumption
 from execauth.usecases.execute import ExecutionService
 from execauth.verify import parse_key_list, verify_receipt
 
-# ESCALATE: 202 Accepted, the request is held for approval (docs/approvals.md).
-PROFILE_B_STATUS = {"PERMIT": 200, "DENY": 403, "SILENCE": 422, "ESCALATE": 202}
 PUBLIC_CACHE = {
     "Cache-Control": f"public, max-age={KEY_LIST_CACHE_TTL}",
     "Access-Control-Allow-Origin": "*",
@@ -58,65 +42,12 @@ def gateway_routes(
     """``runtime`` for the key lists, health and metrics; the use cases for the rest."""
     settings = runtime.settings
     metrics = runtime.metrics
-    decision_log = DecisionLog(include_request_data=settings.decision_log_context)
-
-    async def execute(request: Request) -> Response:
-        started = time.perf_counter()
-        status = 500
-        response: Response | None = None
-        error: Exception | None = None
-        try:
-            response = await _execute(request)
-            status = response.status_code
-            return response
-        except ExecauthError as exc:
-            status = exc.status
-            error = exc
-            raise
-        except Exception as exc:
-            error = exc  # answered by api/errors.py; the decision log names its type
-            raise
-        finally:
-            elapsed = time.perf_counter() - started
-            metrics.execute_responses.labels(str(status)).inc()
-            metrics.execute_seconds.observe(elapsed)
-            decision_log.record(request, response, error, elapsed)  # one line per request
-
-    async def _execute(request: Request) -> Response:
-        request_id(request)
-        with tracing.step("authenticate"):
-            principal = await service.authenticate(request.headers.get("authorization"))
-        request.state.principal = principal  # for the decision log (org and key ids)
-        tracing.annotate(org_id=principal.org.org_id)
-        request.state.org_profile = principal.org.wire_profile
-        with tracing.step("rate_limit"):
-            try:
-                rate_limit_headers = (await service.admit(principal)).headers()
-            except RateLimited:
-                metrics.count_rate_limited(principal.org.org_id)
-                raise
-        request.state.rate_limit_headers = rate_limit_headers  # errors from here on carry them
-        body = await read_json_body(request, settings.max_body_bytes)
-        execute_request = parse_execute_request(body, request.headers.get("idempotency-key"))
-        request.state.execute_request = execute_request  # its data logged only if configured
-        tracing.annotate(surface=execute_request.surface)
-        try:
-            result = await service.execute(principal, execute_request)
-        except QuotaExceeded:
-            metrics.count_quota_exceeded(principal.org.org_id)
-            raise
-        tracing.annotate(decision=result.decision, repeated=result.repeated)
-        status = PROFILE_B_STATUS[result.decision] if wire_profile(request) == "b" else 200
-        headers = {
-            **profile_headers(request),
-            **rate_limit_headers,
-            "X-Request-Id": request_id(request),
-        }
-        if result.repeated:
-            headers["Idempotent-Replayed"] = "true"
-        else:
-            metrics.count_decision(principal.org.org_id, execute_request.surface, result.decision)
-        return json_response(result.receipt, status, headers)
+    execute = ExecuteEndpoint(
+        service,
+        metrics,
+        DecisionLog(include_request_data=settings.decision_log_context),
+        settings.max_body_bytes,
+    )
 
     async def service_keys(request: Request) -> Response:
         document = key_list_document(runtime.keyring.records, settings.issuer)

@@ -11,8 +11,9 @@ import json
 from typing import Any, TypeVar
 
 import msgspec
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from execauth.errors import (
     ClientDisconnected,
@@ -40,18 +41,26 @@ def json_response(
     return Response(body, status_code, headers, media_type="application/json")
 
 
+def new_request_id() -> str:
+    return "req_" + random_hex(8)
+
+
 def request_id(request: Request) -> str:
     """A server-side id for this HTTP request (echoed in errors and logs)."""
     rid = getattr(request.state, "request_id", None)
     if rid is None:
-        rid = "req_" + random_hex(8)
+        rid = new_request_id()
         request.state.request_id = rid
     return rid
 
 
 def preferred_profile(request: Request) -> str | None:
     """``Prefer: wire=a|b`` (RFC 7240), or ``None`` when the client expressed none."""
-    header = request.headers.get("prefer")
+    return profile_preference(request.headers.get("prefer"))
+
+
+def profile_preference(header: str | None) -> str | None:
+    """The wire profile a ``Prefer`` header's value asks for, if any."""
     if not header:
         return None
     for preference in header.split(","):
@@ -95,30 +104,46 @@ async def read_json_body(request: Request, limit: int) -> Any:
     PostgreSQL's text cannot store (400). A client gone mid-body is
     ``ClientDisconnected``: there is nobody to answer.
     """
-    if not is_json_media_type(request.headers.get("content-type")):
+    headers = request.headers
+    check_json_head(headers.get("content-type"), headers.get("content-length"), limit)
+    return decode_json_body(await receive_body(request.receive, limit))
+
+
+def check_json_head(content_type: str | None, content_length: str | None, limit: int) -> None:
+    """The refusals ``read_json_body`` makes from the request's head, before any body byte."""
+    if not is_json_media_type(content_type):
         raise UnsupportedMediaType(
             "the request body must be JSON: send Content-Type: application/json"
         )
-    declared = request.headers.get("content-length")
     # ASCII digits only, and few enough for int(): the header is the client's text.
     if (
-        declared
-        and declared.isascii()
-        and declared.isdigit()
-        and (len(declared) > 20 or int(declared) > limit)
+        content_length
+        and content_length.isascii()
+        and content_length.isdigit()
+        and (len(content_length) > 20 or int(content_length) > limit)
     ):
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+
+
+async def receive_body(receive: Receive, limit: int) -> bytes:
+    """The body's bytes from the ASGI ``receive`` channel, refused past ``limit`` (413)."""
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
-    except ClientDisconnect as exc:
-        raise ClientDisconnected("the client disconnected before sending its whole body") from exc
-    body = b"".join(chunks)
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            raise ClientDisconnected("the client disconnected before sending its whole body")
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def decode_json_body(body: bytes) -> Any:
+    """The refusals ``read_json_body`` makes from the body's bytes, and the decoded value."""
     if not body:
         raise InvalidRequest("request body is empty; expected a JSON object")
     try:

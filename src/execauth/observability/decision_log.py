@@ -1,6 +1,6 @@
 """The decision log: one JSON line per ``POST /v1/execute``, on the ``execauth.decisions`` logger.
 
-Written from one place, the execute route's wrapper (``api/gateway.py``), after the
+Written from one place, the execute route (``api/execute_endpoint.py``), after the
 answer is known. A decision (PERMIT, DENY, SILENCE, ESCALATE, or an idempotent repeat
 of one) is described from the receipt being returned, the signed source of truth, so
 the line cannot say something the receipt does not; a refusal that never reached a
@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
 
 from execauth.errors import ExecauthError
 from execauth.observability.logs import DECISION_LOGGER, format_time, process_name
@@ -59,6 +57,17 @@ class _Receipt(msgspec.Struct, rename={"reason": "reasonCode", "idempotency_key"
 _receipt_decoder = msgspec.json.Decoder(_Receipt)
 
 
+class Answered(Protocol):
+    """What the log reads of a decision's answer (``api/execute_endpoint.ExecuteAnswer``)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...  # the receipt
+    @property
+    def repeated(self) -> bool: ...
+
+
 class DecisionLog:
     """Writes the decision log's line for each execute request."""
 
@@ -76,16 +85,21 @@ class DecisionLog:
 
     def record(
         self,
-        request: Request,
-        response: Response | None,
+        state: Mapping[str, Any],
+        answer: Answered | None,
         error: BaseException | None,
         seconds: float,
     ) -> None:
-        """The line for one request; never raises (a log must not change an answer)."""
+        """The line for one request; never raises (a log must not change an answer).
+
+        ``state`` is what the route learnt of the request before it answered or failed
+        (``request_id``, ``principal``, ``execute_request``); ``answer`` is None when it
+        failed with ``error``.
+        """
         if not self._logger.isEnabledFor(logging.INFO):
             return
         try:
-            fields = self.fields(request, response, error, seconds)
+            fields = self.fields(state, answer, error, seconds)
             # makeRecord + handle is logger.info without its search of the call stack
             # for a caller's file and line, which no decision line shows.
             logger = self._logger
@@ -95,41 +109,40 @@ class DecisionLog:
 
     def fields(
         self,
-        request: Request,
-        response: Response | None,
+        state: Mapping[str, Any],
+        answer: Answered | None,
         error: BaseException | None,
         seconds: float,
     ) -> dict[str, Any]:
-        state = request.state
         # logger and process as in every process log line: one filter finds decisions.
         fields: dict[str, Any] = {
             "time": format_time(self._clock()),
             "logger": DECISION_LOGGER,
             "process": process_name(),
         }
-        if response is not None and error is None:
+        if answer is not None and error is None:
             fields["event"] = "decision"
-            fields["status"] = response.status_code
+            fields["status"] = answer.status
         else:
             fields["event"] = "refusal"
             fields["status"] = error.status if isinstance(error, ExecauthError) else 500
             fields["error"] = error.code if isinstance(error, ExecauthError) else "internal_error"
             if error is not None and not isinstance(error, ExecauthError):
                 fields["exception"] = type(error).__name__
-        fields["request_id"] = getattr(state, "request_id", None)
+        fields["request_id"] = state.get("request_id")
         fields["latency_ms"] = round(seconds * 1000, 3)
-        principal = getattr(state, "principal", None)
+        principal = state.get("principal")
         if principal is not None:
             fields["org_id"] = principal.org.org_id
             fields["key_id"] = principal.api_key.key_id
-        if response is not None and error is None:
-            self._add_receipt(fields, bytes(response.body))
-            fields["repeated"] = response.headers.get("idempotent-replayed") == "true"
+        if answer is not None and error is None:
+            self._add_receipt(fields, answer.body)
+            fields["repeated"] = answer.repeated
         trace = self._trace_ids()
         if trace is not None:
             fields["trace_id"], fields["span_id"] = trace
         if self._include_request_data:
-            execute_request = getattr(state, "execute_request", None)
+            execute_request = state.get("execute_request")
             if execute_request is not None:
                 fields["actor"] = execute_request.actor
                 fields["context"] = execute_request.context
