@@ -18,6 +18,7 @@ from execauth.policy.decision import (
 )
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import (
+    MAX_KEPT_SELECTIONS,
     CompiledBlock,
     CompiledPolicy,
     PolicySet,
@@ -340,6 +341,24 @@ def test_most_specific_surface_block_is_selected(surface: str, rule_id: str) -> 
     selected = PolicySet([_compile(_SELECTION)]).select(surface)
     assert selected is not None
     assert selected[1].rules[0].id == rule_id
+
+
+def test_a_kept_selection_answers_as_the_first_did() -> None:
+    policies = PolicySet([_compile(_SELECTION)])
+    surfaces = ["deploy.prod-eu", "deploy.staging", "nothing.here"] * 2
+    chosen = [policies.select(surface) for surface in surfaces]
+    assert chosen[:3] == chosen[3:]
+    assert chosen[2] is None
+
+
+def test_a_client_choosing_many_surfaces_keeps_at_most_the_bound_of_selections() -> None:
+    policies = PolicySet([_compile(_SELECTION)])
+    for n in range(MAX_KEPT_SELECTIONS + 10):
+        policies.select(f"deploy.client-{n}")
+    assert len(policies._selections) <= MAX_KEPT_SELECTIONS
+    selected = policies.select("deploy.prod-eu")
+    assert selected is not None
+    assert selected[1].rules[0].id == "exact"
 
 
 def test_exact_match_wins_over_a_pattern_with_more_literal_text() -> None:

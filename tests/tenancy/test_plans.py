@@ -88,6 +88,26 @@ def test_quota_for_each_plan_carries_its_monthly_limit(name: str) -> None:
     assert check.resets_at == datetime(2026, 4, 1, tzinfo=UTC)
 
 
+def test_quota_follows_the_utc_month_across_a_month_end() -> None:
+    plan = DEFAULT_PLANS["free"]
+    last = quota_for(plan, datetime(2026, 3, 31, 23, 59, 59, 999_000, tzinfo=UTC))
+    first = quota_for(plan, datetime(2026, 4, 1, tzinfo=UTC))
+    assert (last.period, last.resets_at) == ("2026-03", datetime(2026, 4, 1, tzinfo=UTC))
+    assert (first.period, first.resets_at) == ("2026-04", datetime(2026, 5, 1, tzinfo=UTC))
+
+
+def test_quota_of_a_moment_in_another_zone_counts_in_its_utc_month() -> None:
+    tokyo = timezone(timedelta(hours=9))
+    check = quota_for(DEFAULT_PLANS["free"], datetime(2026, 4, 1, 5, tzinfo=tokyo))
+    assert check.period == "2026-03"
+
+
+def test_two_plans_of_one_name_keep_their_own_limits() -> None:
+    now = datetime(2026, 3, 14, tzinfo=UTC)
+    assert quota_for(Plan("team", 10, 100), now).limit == 10
+    assert quota_for(Plan("team", 20, 100), now).limit == 20
+
+
 def test_unmetered_plan_has_no_limit() -> None:
     check = quota_for(Plan("unmetered", None, 100), datetime(2026, 3, 14, tzinfo=UTC))
     assert check.limit is None

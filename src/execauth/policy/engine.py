@@ -249,6 +249,9 @@ def _refuse(problems: list[PolicyProblem], rule: RuleSpec, reason: str) -> None:
     problems.append(PolicyProblem(rule.path, reason, rule_id=rule.id, line=rule.line))
 
 
+MAX_KEPT_SELECTIONS = 1_024
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One block of the set, as ``PolicySet.select`` saw it for one surface."""
@@ -265,6 +268,10 @@ class PolicySet:
 
     def __init__(self, policies: Iterable[CompiledPolicy]) -> None:
         self.policies = sorted(policies, key=lambda p: p.ref.policy_id)
+        # ``select`` is a function of this set and the surface alone, and a set answers
+        # thousands of requests over a few surfaces: each surface's choice is kept, up to
+        # ``MAX_KEPT_SELECTIONS`` (surfaces are the clients' to choose), then forgotten.
+        self._selections: dict[str, tuple[CompiledPolicy, CompiledBlock] | None] = {}
 
     def candidates(self, surface: str) -> list[Candidate]:
         """Every block in selection order (policy_id, then document order), matched or not."""
@@ -283,8 +290,15 @@ class PolicySet:
     def select(self, surface: str) -> tuple[CompiledPolicy, CompiledBlock] | None:
         """The most specific matching block: exact beats pattern, then more literal text wins;
         ties go to the lowest policy_id, then document order (docs/policy-language.md)."""
+        selections = self._selections
+        if surface in selections:
+            return selections[surface]
         winner = choose(self.candidates(surface))
-        return None if winner is None else (winner.policy, winner.block)
+        selected = None if winner is None else (winner.policy, winner.block)
+        if len(selections) >= MAX_KEPT_SELECTIONS:
+            selections.clear()
+        selections[surface] = selected
+        return selected
 
 
 def choose(candidates: Iterable[Candidate]) -> Candidate | None:

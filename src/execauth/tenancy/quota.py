@@ -7,6 +7,7 @@ under concurrency and across instances sharing a database.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,7 +48,16 @@ def next_month_start(now: datetime) -> datetime:
 
 
 def quota_for(plan: Plan, now: datetime) -> QuotaCheck:
-    return QuotaCheck(plan.name, month_period(now), plan.executes_per_month, next_month_start(now))
+    now = now.astimezone(UTC)
+    return _monthly_quota(plan, now.year, now.month)
+
+
+# Every execute asks; the answer changes once a month per plan.
+@functools.lru_cache(maxsize=64)
+def _monthly_quota(plan: Plan, year: int, month: int) -> QuotaCheck:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    limit = plan.executes_per_month
+    return QuotaCheck(plan.name, month_period(start), limit, next_month_start(start))
 
 
 def month_bounds(period: str) -> tuple[datetime, datetime]:

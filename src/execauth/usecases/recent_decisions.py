@@ -20,6 +20,7 @@ the key; so a miss is never wrong, only slower.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,7 @@ from execauth.store.executions import PriorExecution
 MAX_RECENT_DECISIONS = 4_096
 
 _Key = tuple[str, str]  # (org, idempotency key)
+_ESCALATE = Outcome.ESCALATE.value
 
 
 class RecentDecisions:
@@ -38,7 +40,10 @@ class RecentDecisions:
 
     def __init__(self, max_entries: int = MAX_RECENT_DECISIONS) -> None:
         self._max_entries = max_entries
-        self._decided: dict[_Key, PriorExecution] = {}
+        # Ordered for the eviction of the oldest: a plain dict emptied from its front
+        # scans the holes left by earlier deletions (3 µs an insert when full, against
+        # 0.5 µs with ``popitem(last=False)``).
+        self._decided: OrderedDict[_Key, PriorExecution] = OrderedDict()
         self._deciding: dict[_Key, asyncio.Future[PriorExecution | None]] = {}
 
     def __len__(self) -> int:
@@ -80,12 +85,11 @@ class RecentDecisions:
     def remember(self, org_id: str, key: str, answer: PriorExecution) -> bool:
         """Keep a committed answer; ``False`` for an ESCALATE's, which is not kept (see
         the module's text)."""
-        if answer.decision == Outcome.ESCALATE.value:
+        if answer.decision == _ESCALATE:
             return False
         entry = (org_id, key)
         if entry not in self._decided and len(self._decided) >= self._max_entries:
-            # The oldest entry first (dicts keep insertion order): retries come soon.
-            del self._decided[next(iter(self._decided))]
+            self._decided.popitem(last=False)  # the oldest entry first: retries come soon
         self._decided[entry] = answer
         return True
 
