@@ -16,6 +16,8 @@ import pytest
 
 from execauth.config import Settings
 from execauth.observability.logs import (
+    DecisionJsonFormatter,
+    DecisionLineHandler,
     DecisionTextFormatter,
     JsonFormatter,
     TextFormatter,
@@ -139,3 +141,95 @@ def test_a_warning_level_keeps_decision_lines(tmp_path: Path) -> None:
     )  # fmt: skip
     assert target.read_text() == '{"event":"decision"}\n'
     assert done.stderr == ""
+
+
+# ---- the decision log's JSON destination -----------------------------------------------
+
+FIELDS = {"time": "T", "logger": "execauth.decisions", "event": "decision", "status": 200}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_decision_line_is_the_json_formatter_s_line(tmp_path: Path) -> None:
+    handler = DecisionLineHandler(filename=str(tmp_path / "decisions.jsonl"))
+    handler.write_fields(FIELDS)
+    handler.close()
+    made = logging.LogRecord("execauth.decisions", logging.INFO, "", 0, FIELDS, (), None)
+    expected = DecisionJsonFormatter().format(made) + "\n"
+    assert (tmp_path / "decisions.jsonl").read_text() == expected
+
+
+def test_a_file_moved_by_logrotate_is_reopened_within_the_check_interval(tmp_path: Path) -> None:
+    path, clock = tmp_path / "decisions.jsonl", Clock()
+    handler = DecisionLineHandler(filename=str(path), clock=clock)
+    handler.write_fields({"n": 1})
+    path.rename(tmp_path / "decisions.jsonl.1")
+    handler.write_fields({"n": 2})  # within the second: still the moved file
+    clock.now += DecisionLineHandler.REOPEN_CHECK_SECONDS
+    handler.write_fields({"n": 3})
+    handler.close()
+    assert (tmp_path / "decisions.jsonl.1").read_text() == '{"n":1}\n{"n":2}\n'
+    assert path.read_text() == '{"n":3}\n'
+
+
+def test_a_decision_line_goes_to_a_stream_whole(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    DecisionLineHandler(stream=stream).write_fields(FIELDS)
+    assert [msgspec.json.decode(line) for line in stream.getvalue().splitlines()] == [FIELDS]
+
+
+def test_a_message_logged_to_the_decision_logger_is_a_process_line(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    handler = DecisionLineHandler(stream=stream)
+    handler.setFormatter(DecisionJsonFormatter())
+    handler.handle(record("not a decision"))
+    assert msgspec.json.decode(stream.getvalue())["message"] == "not a decision"
+
+
+def test_a_decision_line_handler_needs_one_destination() -> None:
+    with pytest.raises(ValueError, match="a stream or to a file"):
+        DecisionLineHandler()
+
+
+def test_workers_sharing_the_file_append_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    first = DecisionLineHandler(filename=str(path))
+    second = DecisionLineHandler(filename=str(path))
+    for n in range(3):
+        first.write_fields({"worker": 1, "n": n})
+        second.write_fields({"worker": 2, "n": n})
+    first.close()
+    second.close()
+    lines = [msgspec.json.decode(line) for line in path.read_text().splitlines()]
+    assert [(line["worker"], line["n"]) for line in lines] == [
+        (1, 0), (2, 0), (1, 1), (2, 1), (1, 2), (2, 2)
+    ]  # fmt: skip
+
+
+def test_a_configured_file_destination_takes_the_decision_log_s_lines(tmp_path: Path) -> None:
+    target = tmp_path / "decisions.jsonl"
+    script = textwrap.dedent(
+        """
+        import logging, sys
+        from execauth.config import Settings
+        from execauth.observability.decision_log import DecisionLog
+        from execauth.observability.logs import DECISION_LOGGER, setup_logging
+        setup_logging(Settings(decision_log=sys.argv[1]))
+        handler, = logging.getLogger(DECISION_LOGGER).handlers
+        print(type(handler).__name__)
+        DecisionLog(trace_ids=lambda: None).record({"request_id": "req_1"}, None, KeyError(), 0.0)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(target)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "DecisionLineHandler"
+    line = msgspec.json.decode(target.read_text())
+    assert (line["request_id"], line["status"], line["exception"]) == ("req_1", 500, "KeyError")

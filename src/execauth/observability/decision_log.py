@@ -22,12 +22,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import msgspec
 
 from execauth.errors import ExecauthError
-from execauth.observability.logs import DECISION_LOGGER, format_time, process_name
+from execauth.observability.logs import (
+    DECISION_LOGGER,
+    DecisionLineHandler,
+    format_time,
+    process_name,
+)
 from execauth.observability.tracing import current_trace_ids
 
 log = logging.getLogger("execauth.decision_log")
@@ -96,13 +101,19 @@ class DecisionLog:
         (``request_id``, ``principal``, ``execute_request``); ``answer`` is None when it
         failed with ``error``.
         """
-        if not self._logger.isEnabledFor(logging.INFO):
+        logger = self._logger
+        if not logger.isEnabledFor(logging.INFO):
             return
         try:
             fields = self.fields(state, answer, error, seconds)
+            handlers = logger.handlers
+            if len(handlers) == 1 and _takes_fields(handlers[0]):
+                # The configured JSON destination (logs.logging_config): the line is
+                # written without a LogRecord, which its handler would only unpack.
+                handlers[0].write_fields(fields)
+                return
             # makeRecord + handle is logger.info without its search of the call stack
             # for a caller's file and line, which no decision line shows.
-            logger = self._logger
             logger.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, fields, (), None))
         except Exception:
             log.exception("writing the decision log failed")
@@ -169,3 +180,9 @@ class DecisionLog:
         if receipt.idempotency_key is not None:
             fields["idempotency_key"] = receipt.idempotency_key
         fields["signing_key_id"] = receipt.key_id
+
+
+def _takes_fields(handler: logging.Handler) -> TypeGuard[DecisionLineHandler]:
+    """Whether ``handler`` would write a decision line as it is (no level or filter)."""
+    unfiltered = not handler.filters and handler.level <= logging.INFO
+    return type(handler) is DecisionLineHandler and unfiltered
