@@ -216,6 +216,36 @@ async def test_deeply_nested_bodies_are_400_not_500(
     assert_flat_error(response, 400, "invalid_request")
 
 
+async def test_brackets_inside_strings_do_not_make_a_body_deep(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    body = '{"surface": "deploy.staging", "payload": {"amount": 2, "x": "' + "[{" * 100 + '"}}'
+    response = await client.post(
+        "/v1/execute",
+        content=body,
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("depth", [64, 65])
+async def test_the_depth_limit_holds_at_the_bracket_count_s_edge(
+    client: httpx.AsyncClient, tenant: Tenant, depth: int
+) -> None:
+    # Exactly as many brackets as levels: the walk decides, not the count.
+    body = "[" * (depth - 1) + '{"surface": "deploy.staging"}' + "]" * (depth - 1)
+    response = await client.post(
+        "/v1/execute",
+        content=body,
+        headers={**tenant.auth, "content-type": "application/json"},
+    )
+    if depth > 64:
+        assert_flat_error(response, 400, "invalid_request")
+        assert "nests deeper" in response.json()["message"]
+    else:
+        assert response.json()["message"] == "request body must be a JSON object"
+
+
 async def test_nesting_up_to_the_limit_is_accepted(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:
