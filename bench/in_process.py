@@ -193,7 +193,7 @@ async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str)
         "hot_median_us": round(statistics.median(hot), 1),
         "cold_median_us": round(statistics.median(cold), 1),
         # On a noisy VM the least of many short rounds is the steadier figure: another
-        # process's work only ever adds time (docs/performance.md, "The ASGI-route round").
+        # process's work only ever adds time (docs/performance.md, "The per-decision round").
         "hot_least_us": round(min(hot), 1),
         "cold_least_us": round(min(cold), 1),
     }

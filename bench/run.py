@@ -635,9 +635,9 @@ def summarize_collapsed(text: str, limit: int = 25) -> dict[str, Any]:
 # The request's way through execauth (and the writer thread's work), for a per-stage
 # view of the profile: inclusive share of GIL-holding samples under each function.
 STAGES = (
-    ("read and decode the body", "read_json_body"),
+    ("read and decode the body", "decode_json_body"),
     ("authenticate (API key cache)", "ExecutionService.authenticate"),
-    ("rate limit (limits + anyio.fail_after)", "ExecutionService.admit"),
+    ("rate limit", "ExecutionService.admit"),
     ("normalize request + request_digest (JCS)", "parse_execute_request"),
     ("select the policy block", "PolicySet.select"),
     ("evaluate (CEL)", "evaluate"),
@@ -645,10 +645,11 @@ STAGES = (
     ("sign (JCS + Ed25519 + SHA-256)", "sign_receipt"),
     ("await the writer's commit", "ReceiptWriter.write"),
     ("hand to the writer process (--workers)", "RemoteReceiptWriter.write"),
-    ("encode the response", "json_response"),
+    ("write the decision log line", "DecisionLog.record"),
+    ("send the answer (uvicorn)", "RequestResponseCycle.send"),
     ("writer: insert + commit", "ReceiptWriter._insert"),
     ("writer: sequencer (Merkle log)", "sequence_pending"),
-    ("all RFC 8785 (rfc8785.dumps)", "dumps"),
+    ("all RFC 8785 (canonical_json)", "canonical_json"),
 )
 
 
