@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -233,3 +234,19 @@ def test_a_configured_file_destination_takes_the_decision_log_s_lines(tmp_path: 
     assert done.stdout.strip() == "DecisionLineHandler"
     line = msgspec.json.decode(target.read_text())
     assert (line["request_id"], line["status"], line["exception"]) == ("req_1", 500, "KeyError")
+
+
+def test_a_short_write_is_continued_to_the_line_s_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+
+    def a_few_bytes_at_a_time(fd: int, data: bytes) -> int:
+        return real_write(fd, data[:7])  # as a write interrupted by a signal returns
+
+    handler = DecisionLineHandler(filename=str(tmp_path / "decisions.jsonl"))
+    monkeypatch.setattr(os, "write", a_few_bytes_at_a_time)
+    handler.write_fields(FIELDS)
+    monkeypatch.undo()
+    handler.close()
+    assert msgspec.json.decode((tmp_path / "decisions.jsonl").read_text()) == FIELDS

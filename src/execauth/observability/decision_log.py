@@ -107,7 +107,7 @@ class DecisionLog:
         try:
             fields = self.fields(state, answer, error, seconds)
             handlers = logger.handlers
-            if len(handlers) == 1 and _takes_fields(handlers[0]):
+            if len(handlers) == 1 and not logger.propagate and _takes_fields(handlers[0]):
                 # The configured JSON destination (logs.logging_config): the line is
                 # written without a LogRecord, which its handler would only unpack.
                 handlers[0].write_fields(fields)

@@ -192,7 +192,10 @@ class DecisionLineHandler(logging.Handler):
             if now - self._checked_at >= self.REOPEN_CHECK_SECONDS:
                 self._checked_at = now
                 self._reopen_if_moved()
-            os.write(self._fd, line)
+            written = os.write(self._fd, line)
+            while written < len(line):  # a short write (a signal, a full disk) goes on
+                line = line[written:]
+                written = os.write(self._fd, line)
 
     def _open(self) -> None:
         assert self._filename is not None

@@ -291,8 +291,10 @@ class PolicySet:
         """The most specific matching block: exact beats pattern, then more literal text wins;
         ties go to the lowest policy_id, then document order (docs/policy-language.md)."""
         selections = self._selections
-        if surface in selections:
-            return selections[surface]
+        try:
+            return selections[surface]  # one lookup: another thread may clear it meanwhile
+        except KeyError:
+            pass
         winner = choose(self.candidates(surface))
         selected = None if winner is None else (winner.policy, winner.block)
         if len(selections) >= MAX_KEPT_SELECTIONS:
