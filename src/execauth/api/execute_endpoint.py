@@ -26,6 +26,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from execauth.api.wire import (
+    answer_profile,
     check_json_head,
     decode_json_body,
     new_request_id,
@@ -138,7 +139,7 @@ class ExecuteEndpoint:
             raise
         tracing.annotate(decision=result.decision, repeated=result.repeated)
         preferred = profile_preference(fields.get(b"prefer"))
-        profile = preferred or principal.org.wire_profile or "a"
+        profile = answer_profile(preferred, principal.org.wire_profile)
         status = PROFILE_B_STATUS[result.decision] if profile == "b" else 200
         headers = [(b"preference-applied", b"wire=" + preferred.encode())] if preferred else []
         headers += [

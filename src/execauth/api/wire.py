@@ -71,11 +71,12 @@ def profile_preference(header: str | None) -> str | None:
 
 
 def wire_profile(request: Request) -> str:
+    return answer_profile(preferred_profile(request), getattr(request.state, "org_profile", None))
+
+
+def answer_profile(preferred: str | None, org_profile: str | None) -> str:
     """The profile for this answer: the client's preference, else the org's, else A."""
-    preferred = preferred_profile(request)
-    if preferred is not None:
-        return preferred
-    return getattr(request.state, "org_profile", None) or "a"
+    return preferred or org_profile or "a"
 
 
 def profile_headers(request: Request) -> dict[str, str]:
