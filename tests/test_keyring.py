@@ -8,11 +8,12 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_der_public_key
 
 from execauth.keyring import (
     KEY_LIST_CACHE_TTL,
+    ActiveSigner,
     KeyUnsealError,
     SigningKeyRecord,
     choose_signing_key,
@@ -155,6 +156,18 @@ def test_seal_and_unseal_roundtrip_gives_a_signer_for_the_published_key() -> Non
     assert signer.key_id == record.key_id
     signature = signer.sign(b"message")
     Ed25519PublicKey.from_public_bytes(record.public_key).verify(signature, b"message")
+
+
+def test_signer_gives_the_rfc_8032_signature_for_the_rfc_8032_key() -> None:
+    # RFC 8032, section 7.1, TEST 3: the signer goes through libsodium, the keys
+    # through cryptography; both must be the one Ed25519.
+    secret = bytes.fromhex("c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7")
+    signature = bytes.fromhex(
+        "6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac"
+        "18ff9b538d16f290ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a"
+    )
+    signer = ActiveSigner("service_key_rfc8032", Ed25519PrivateKey.from_private_bytes(secret))
+    assert signer.sign(bytes.fromhex("af82")) == signature
 
 
 def test_unseal_with_a_different_server_secret_fails() -> None:
