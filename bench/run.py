@@ -465,14 +465,32 @@ def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
 def cpu_by_process(pid: int) -> dict[str, float]:
     """CPU seconds of ``pid`` and each descendant on its own, by process title (``ps``'s
     ``args``: ``execauth: writer``, ``execauth: gateway 1/2``; docs/observability.md)."""
+    return {name: counters[0] for name, counters in counters_by_process(pid).items()}
+
+
+def counters_by_process(pid: int) -> dict[str, tuple[float, float, int]]:
+    """Per process (``pid`` and each descendant), by title: CPU seconds; seconds its
+    threads were ready to run but waited for a core (``/proc/PID/task/*/schedstat``: a
+    process that waits there holds up whoever waits for it); bytes it had written to
+    storage (``/proc/PID/io``: the database's WAL, checkpoints, logs)."""
     own = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
-    seconds = {f"{name} [{pid}]": (int(own[11]) + int(own[12])) / os.sysconf("SC_CLK_TCK")}
+    cpu = (int(own[11]) + int(own[12])) / os.sysconf("SC_CLK_TCK")
+    waited = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that ended; no schedstats
+            waited += int((task / "schedstat").read_text().split()[1]) / 1e9
+    written = 0
+    with contextlib.suppress(OSError):  # another user's process: /proc/PID/io is private
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                written = int(line.split()[1])
+    counters = {f"{name} [{pid}]": (cpu, waited, written)}
     for child in child_pids(pid):
         with contextlib.suppress(OSError):  # a child that ended meanwhile
-            seconds.update(cpu_by_process(child))
-    return seconds
+            counters.update(counters_by_process(child))
+    return counters
 
 
 def child_pids(pid: int) -> list[int]:
@@ -490,14 +508,18 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
     log(f"{server.name}: wrk -t{load.threads} -c{load.connections} -d{load.duration}s")
     cpu_before = cpu_seconds(server.process.pid)
     system_before = cpu_seconds(server.process.pid, system_only=True)
-    by_process_before = cpu_by_process(server.process.pid)
+    by_process_before = counters_by_process(server.process.pid)
     raw = run_wrk(server.url, script, load, load.duration, env_extra)
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
     system_used = cpu_seconds(server.process.pid, system_only=True) - system_before
     by_process = {
-        name: seconds - by_process_before.get(name, 0.0)
-        for name, seconds in cpu_by_process(server.process.pid).items()
+        name: tuple(
+            after - before
+            for after, before in zip(counters, by_process_before.get(name, (0, 0, 0)), strict=True)
+        )
+        for name, counters in counters_by_process(server.process.pid).items()
     }
+    per_request = 1 / max(raw["requests"], 1)
     errors = raw["errors"]
     lat = raw["latency_us"]
     row = {
@@ -516,9 +538,22 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         "server_system_cpu_us_per_request": 1e6 * system_used / max(raw["requests"], 1),
         # Where the CPU went: the writer process against the gateways (serve --workers N).
         "server_cpu_us_per_request_by_process": {
-            name: round(1e6 * seconds / max(raw["requests"], 1), 1)
-            for name, seconds in sorted(by_process.items())
-            if seconds > 0
+            name: round(1e6 * counters[0] * per_request, 1)
+            for name, counters in sorted(by_process.items())
+            if counters[0] > 0
+        },
+        # Time each process was ready to run but had no core: a serial stage (the writer)
+        # that waits there holds up every request behind it while cores look busy.
+        "server_runqueue_wait_us_per_request_by_process": {
+            name: round(1e6 * counters[1] * per_request, 1)
+            for name, counters in sorted(by_process.items())
+            if counters[0] > 0
+        },
+        # Bytes written to storage (WAL frames, checkpoints, the decision log).
+        "server_disk_write_kib_per_request_by_process": {
+            name: round(counters[2] / 1024 * per_request, 2)
+            for name, counters in sorted(by_process.items())
+            if counters[2] > 0
         },
         "non_2xx": errors["status"],
         "socket_errors": errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
@@ -535,6 +570,17 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         + ", ".join(f"{name} {us:.0f}" for name, us in split.items())
         + f"; in the kernel (all processes) {row['server_system_cpu_us_per_request']:.0f}"
     )
+    waits = row["server_runqueue_wait_us_per_request_by_process"]
+    log(
+        f"{server.name}: µs per request waiting for a core: "
+        + ", ".join(f"{name} {us:.0f}" for name, us in waits.items())
+    )
+    written = row["server_disk_write_kib_per_request_by_process"]
+    if written:
+        log(
+            f"{server.name}: KiB written to storage per request: "
+            + ", ".join(f"{name} {kib:.1f}" for name, kib in written.items())
+        )
     return row
 
 
