@@ -9,9 +9,10 @@ time) the client gets 503 and no receipt; what it acknowledges is stored.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,6 +234,52 @@ async def test_a_writer_that_cannot_store_is_503(
     response = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
     assert_unavailable(response, "not accepting writes")
     writer_side.start_writer()
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def logged_when_the_connection_ends(
+    socket_dir: Path, caplog: pytest.LogCaptureFixture, writer_side: Handler, *, gateway_stops: bool
+) -> str:
+    """Connect a gateway's ``RemoteReceiptWriter`` to ``writer_side``, let the gateway stop
+    (or the writer side hang up), and return what was logged at WARNING and above."""
+    path = str(socket_dir / "ends.sock")
+    remote = RemoteReceiptWriter(path, timeout_seconds=5.0)
+    async with await asyncio.start_unix_server(writer_side, path):
+        with caplog.at_level(logging.WARNING, logger="execauth.serving.remote_writer"):
+            assert await remote.ready()
+            reading = remote._reader_task
+            assert reading is not None
+            if gateway_stops:
+                remote.stop()
+            await asyncio.wait_for(reading, 5)
+    return caplog.text
+
+
+async def test_a_gateway_closing_its_own_connection_logs_no_warning(
+    socket_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def serve_until_hung_up(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.read()
+        writer.close()
+
+    logged = await logged_when_the_connection_ends(
+        socket_dir, caplog, serve_until_hung_up, gateway_stops=True
+    )
+    assert "closed the connection" not in logged
+
+
+async def test_a_writer_process_hanging_up_is_a_warning(
+    socket_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    logged = await logged_when_the_connection_ends(socket_dir, caplog, hang_up, gateway_stops=False)
+    assert "the receipt writer process closed the connection" in logged
 
 
 # --- frames on the socket ---------------------------------------------------------------

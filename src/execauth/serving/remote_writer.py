@@ -351,7 +351,10 @@ class RemoteReceiptWriter:
                     if future is not None and not future.done():
                         future.set_result(reply)
         except ConnectionError:
-            log.warning("the receipt writer process closed the connection")
+            # Our own close (``stop``, at shutdown) ends the read the same way; only the
+            # other side's hang-up is news for an operator.
+            if not stream.is_closing():
+                log.warning("the receipt writer process closed the connection")
         except Exception:
             log.exception("unreadable reply from the receipt writer process")
         finally:
