@@ -11,11 +11,12 @@ import json
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql
 
-from execauth.store.database import in_format_style
+from execauth.store.database import execute_on_sqlite, in_format_style
 from execauth.store.executions import ExecutionRecord, PriorExecution, prior_execution
 from execauth.store.tables import executions
 from execauth.tenancy.quota import QuotaCheck
@@ -64,11 +65,11 @@ def _insert_new_key(
     all (another instance stored it meanwhile), give the count back: a repeat."""
     assert record.idempotency_key is not None
     # RETURNING rather than rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
-    if conn.exec_driver_sql(sql.insert_new_key, _row(record)).first() is not None:
+    if _rows(conn, sql, sql.insert_new_key, _row(record)):
         _queue_for_log(conn, sql, [record])
         return None
     if counted is not None:
-        conn.exec_driver_sql(sql.add_to_count, (-1, record.org_id, counted.period))
+        _run(conn, sql, sql.add_to_count, (-1, record.org_id, counted.period))
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
     return prior
@@ -165,7 +166,7 @@ def _insert_batch_priors_first(
 def _store(conn: Connection, sql: _Statements, records: list[ExecutionRecord]) -> None:
     """Insert records whose keys are known to be free (one executemany), queued for
     the sequencer."""
-    conn.exec_driver_sql(sql.insert, [_row(record) for record in records])
+    _run(conn, sql, sql.insert, [_row(record) for record in records], many=True)
     _queue_for_log(conn, sql, records)
 
 
@@ -173,10 +174,8 @@ def _queue_for_log(conn: Connection, sql: _Statements, stored: list[ExecutionRec
     """Queue records just inserted for the sequencer (``log_pending``), in the same
     transaction: committed receipts and the queue never disagree. (PostgreSQL's batch
     insert queues its rows in its own statement: ``_POSTGRESQL_INSERT_NEW_KEYS``.)"""
-    conn.exec_driver_sql(
-        sql.queue_for_log,
-        [(r.decided_at_ms, r.execution_id, r.org_id, r.leaf_hash) for r in stored],
-    )
+    rows = [(r.decided_at_ms, r.execution_id, r.org_id, r.leaf_hash) for r in stored]
+    _run(conn, sql, sql.queue_for_log, rows, many=True)
 
 
 def _insert_batch_keys_first(
@@ -251,8 +250,9 @@ def _count_whole(conn: Connection, org_id: str, quota: QuotaCheck, n: int) -> bo
 
 # The writer's statements, as SQL text. They run for every receipt, and through
 # SQLAlchemy's Core each execution also cost a cache-key walk over the statement and a
-# parameter dict per row: more CPU than the database's own work. exec_driver_sql hands
-# the text and the parameter tuples to the DB-API driver as they are.
+# parameter dict per row: more CPU than the database's own work. They go to the DB-API
+# driver as text and parameter tuples: through exec_driver_sql on PostgreSQL, to
+# sqlite3 itself on SQLite (_rows, _run).
 # The record's fields but its leaf hash, which is queued for the sequencer (log_pending).
 _COLUMNS = tuple(name for name in ExecutionRecord.__dataclass_fields__ if name != "leaf_hash")
 assert set(_COLUMNS) <= set(executions.c.keys()), "ExecutionRecord names a missing column"
@@ -337,6 +337,26 @@ def _statements(conn: Connection) -> _Statements:
     return _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
 
 
+def _rows(conn: Connection, sql: _Statements, statement: str, parameters: Any) -> list[Any]:
+    """The rows ``statement`` returns; on SQLite through ``sqlite3`` directly
+    (``execute_on_sqlite``: SQLAlchemy's objects per statement cost more than SQLite's
+    work on these), on PostgreSQL through SQLAlchemy, whose wrapped errors tell the
+    writer that a connection was lost (it reconnects once)."""
+    if sql is _SQLITE:
+        return execute_on_sqlite(conn, statement, parameters).fetchall()
+    return list(conn.exec_driver_sql(statement, parameters).all())
+
+
+def _run(
+    conn: Connection, sql: _Statements, statement: str, parameters: Any, *, many: bool = False
+) -> None:
+    """``statement`` for its effect (``many``: once per parameter tuple), as ``_rows``."""
+    if sql is _SQLITE:
+        execute_on_sqlite(conn, statement, parameters, many=many)
+    else:
+        conn.exec_driver_sql(statement, parameters)
+
+
 def _priors(
     conn: Connection,
     sql: _Statements,
@@ -349,8 +369,8 @@ def _priors(
     found: dict[tuple[str, str], PriorExecution] = {}
     for org_id, wanted in keys.items():
         batch_keys = list(wanted) if sql is _POSTGRESQL else json.dumps(list(wanted))
-        for key, execution_id, digest, decision, receipt in conn.exec_driver_sql(
-            sql.priors, (org_id, batch_keys)
+        for key, execution_id, digest, decision, receipt in _rows(
+            conn, sql, sql.priors, (org_id, batch_keys)
         ):
             found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
     return found
@@ -367,16 +387,16 @@ def _grant(conn: Connection, sql: _Statements, org_id: str, quota: QuotaCheck, w
     counter ensured, locked, read and then raised by exactly what still fits.
     """
     if quota.limit is None:
-        within = conn.exec_driver_sql(sql.count, (wanted, org_id, quota.period))
+        within = _rows(conn, sql, sql.count, (wanted, org_id, quota.period))
     else:
         parameters = (wanted, org_id, quota.period, wanted, quota.limit)
-        within = conn.exec_driver_sql(sql.count_if_within, parameters)
-    if within.first() is not None:
+        within = _rows(conn, sql, sql.count_if_within, parameters)
+    if within:
         return wanted
     counter = (org_id, quota.period)
-    conn.exec_driver_sql(sql.ensure_counter, counter)
-    current = int(conn.exec_driver_sql(sql.current_count, counter).scalar_one())
-    granted = wanted if quota.limit is None else max(0, min(wanted, quota.limit - current))
+    _run(conn, sql, sql.ensure_counter, counter)
+    ((current,),) = _rows(conn, sql, sql.current_count, counter)
+    granted = wanted if quota.limit is None else max(0, min(wanted, quota.limit - int(current)))
     if granted:
-        conn.exec_driver_sql(sql.add_to_count, (granted, org_id, quota.period))
+        _run(conn, sql, sql.add_to_count, (granted, org_id, quota.period))
     return granted
