@@ -462,17 +462,13 @@ def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
     return total
 
 
-def cpu_by_process(pid: int) -> dict[str, float]:
-    """CPU seconds of ``pid`` and each descendant on its own, by process title (``ps``'s
-    ``args``: ``execauth: writer``, ``execauth: gateway 1/2``; docs/observability.md)."""
-    return {name: counters[0] for name, counters in counters_by_process(pid).items()}
-
-
 def counters_by_process(pid: int) -> dict[str, tuple[float, float, int]]:
-    """Per process (``pid`` and each descendant), by title: CPU seconds; seconds its
-    threads were ready to run but waited for a core (``/proc/PID/task/*/schedstat``: a
-    process that waits there holds up whoever waits for it); bytes it had written to
-    storage (``/proc/PID/io``: the database's WAL, checkpoints, logs)."""
+    """Per process (``pid`` and each descendant), by process title (``ps``'s ``args``:
+    ``execauth: writer``, ``execauth: gateway 1/2``; docs/observability.md): CPU
+    seconds; seconds its threads were ready to run but waited for a core
+    (``/proc/PID/task/*/schedstat``: a process that waits there holds up whoever waits
+    for it); bytes it had written to storage (``/proc/PID/io``: the database's WAL,
+    checkpoints, logs)."""
     own = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name

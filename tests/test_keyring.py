@@ -64,7 +64,7 @@ def test_generated_keys_are_distinct() -> None:
 
 def test_private_key_is_not_stored_in_clear() -> None:
     record = generate_signing_key(SECRET, NOW)
-    raw_private = unseal_signer(SECRET, record)._private_key.private_bytes_raw()
+    raw_private = bytes(unseal_signer(SECRET, record)._signing_key)  # the 32-byte seed
     assert raw_private not in record.sealed_private_key
 
 
@@ -208,10 +208,9 @@ def test_sealed_key_whose_public_half_was_replaced_is_refused() -> None:
 
 def test_sealing_twice_gives_different_ciphertexts() -> None:
     # A fresh nonce per seal: AES-GCM must never reuse one under the same key.
-    record = generate_signing_key(SECRET, NOW)
-    signer = unseal_signer(SECRET, record)
-    first = seal_private_key(SECRET, record.key_id, signer._private_key)
-    second = seal_private_key(SECRET, record.key_id, signer._private_key)
+    key = Ed25519PrivateKey.generate()
+    first = seal_private_key(SECRET, "service_key_0123456789abcdef", key)
+    second = seal_private_key(SECRET, "service_key_0123456789abcdef", key)
     assert first != second
 
 

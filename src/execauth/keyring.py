@@ -179,12 +179,12 @@ class ActiveSigner:
     Signs through libsodium (PyNaCl), every other use of the key goes through
     ``cryptography``: Ed25519 is deterministic (RFC 8032), so both give the same bytes
     for the same key and message, and libsodium takes 22 µs where ``cryptography``
-    takes 34 µs for a receipt, on every decision (docs/decisions.md).
+    takes 34 µs for a receipt, on every decision (docs/decisions.md). Only libsodium's
+    key is kept: the ``cryptography`` one it was made from is not needed again.
     """
 
     def __init__(self, key_id: str, private_key: Ed25519PrivateKey) -> None:
         self._key_id = key_id
-        self._private_key = private_key
         self._signing_key = SigningKey(private_key.private_bytes_raw())
 
     @property

@@ -337,14 +337,14 @@ def _statements(conn: Connection) -> _Statements:
     return _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
 
 
-def _rows(conn: Connection, sql: _Statements, statement: str, parameters: Any) -> list[Any]:
+def _rows(conn: Connection, sql: _Statements, statement: str, parameters: Any) -> Sequence[Any]:
     """The rows ``statement`` returns; on SQLite through ``sqlite3`` directly
     (``execute_on_sqlite``: SQLAlchemy's objects per statement cost more than SQLite's
     work on these), on PostgreSQL through SQLAlchemy, whose wrapped errors tell the
     writer that a connection was lost (it reconnects once)."""
     if sql is _SQLITE:
         return execute_on_sqlite(conn, statement, parameters).fetchall()
-    return list(conn.exec_driver_sql(statement, parameters).all())
+    return conn.exec_driver_sql(statement, parameters).all()
 
 
 def _run(
