@@ -113,18 +113,23 @@ def sequence_pending(
         frontier = frontiers[org_id]
         # The leaf the signer queued: the hash of the very bytes its signature covers.
         digest = bytes(queued_leaf) if queued_leaf is not None else computed[execution_id]
-        leaves.append((org_id, frontier.size, execution_id, digest, sequenced_at))
+        leaves.append((org_id, frontier.size, execution_id, digest))
         nodes.extend((org_id, *closed) for closed in frontier.append(digest))
-    # executemany, straight to the driver: one statement each, whatever the batch size.
-    conn.exec_driver_sql(sql.insert_leaf, leaves)
-    if nodes:
-        conn.exec_driver_sql(sql.insert_node, nodes)
-    if sql is _POSTGRESQL:  # one statement, its keys as two arrays
-        conn.exec_driver_sql(
-            sql.dequeue, ([row[3] for row in pending], [row[0] for row in pending])
-        )
-    else:  # SQLite's executemany loops in C
-        conn.exec_driver_sql(sql.dequeue, [(row[3], row[0]) for row in pending])
+    dequeued = [(row[3], row[0]) for row in pending]
+    if sql is _POSTGRESQL:
+        # One statement each, the rows as one array per column. psycopg's executemany
+        # sends and waits row by row here: a system call per row, and the GIL handed
+        # back and forth with the writer's loop (docs/performance.md, "The sequencer on
+        # PostgreSQL").
+        conn.exec_driver_sql(sql.insert_leaf, (sequenced_at, *_columns(leaves)))
+        if nodes:
+            conn.exec_driver_sql(sql.insert_node, _columns(nodes))
+        conn.exec_driver_sql(sql.dequeue, _columns(dequeued))
+    else:  # SQLite's executemany loops in C, straight to the driver
+        conn.exec_driver_sql(sql.insert_leaf, [(*leaf, sequenced_at) for leaf in leaves])
+        if nodes:
+            conn.exec_driver_sql(sql.insert_node, nodes)
+        conn.exec_driver_sql(sql.dequeue, dequeued)
     created_at = _bound(log_checkpoints.c.created_at, now, conn)
     checkpoints = []
     for org_id, frontier in frontiers.items():
@@ -150,6 +155,11 @@ def _leaves_of_stored(
     }
 
 
+def _columns(rows: list[tuple[Any, ...]]) -> tuple[list[Any], ...]:
+    """Rows as one list per column: the arrays of PostgreSQL's ``unnest`` statements."""
+    return tuple(list(column) for column in zip(*rows, strict=True))
+
+
 def _list_parameter(sql: _Statements, values: list[str]) -> tuple[Any, ...]:
     """A list as the statement's one parameter: an array on PostgreSQL, JSON on SQLite."""
     return (values,) if sql is _POSTGRESQL else (json.dumps(values),)
@@ -170,9 +180,11 @@ class _Statements:
     receipts: str  # (execution ids,) -> (execution_id, receipt)
     sizes: str  # the batch's orgs -> (org_id, largest log_index or NULL)
     edges: str  # the (org_id, level, index) wanted -> (org_id, level, hash or NULL)
-    insert_leaf: str
-    insert_node: str
-    dequeue: str  # (decided_at_ms, execution_id) off log_pending, now placed; arrays on PG
+    # Rows for executemany on SQLite; on PostgreSQL one list per column (and the leaves'
+    # sequenced_at first, once).
+    insert_leaf: str  # (org_id, log_index, execution_id, leaf_hash, sequenced_at)
+    insert_node: str  # (org_id, level, node_index, hash)
+    dequeue: str  # (decided_at_ms, execution_id) off log_pending, now placed
     insert_checkpoint: str
     lock: str = ""  # (lock id,): PostgreSQL's advisory lock for the transaction
 
@@ -213,7 +225,13 @@ _POSTGRESQL = in_format_style(
     _SQLITE,
     lock="SELECT pg_advisory_xact_lock(%s)",
     receipts="SELECT execution_id, receipt FROM executions WHERE execution_id = ANY(%s::varchar[])",
-    dequeue="DELETE FROM log_pending AS p USING unnest(%s::bigint[], %s::varchar[]) AS d(t, e)"
+    # The arrays in binary (%b): in text, psycopg would quote each element in Python.
+    insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash, sequenced_at)"
+    " SELECT o, i, e, h, %s FROM unnest(%b::varchar[], %b::bigint[], %b::varchar[], %b::bytea[])"
+    " AS l(o, i, e, h)",
+    insert_node="INSERT INTO log_nodes (org_id, level, node_index, hash)"
+    " SELECT * FROM unnest(%b::varchar[], %b::integer[], %b::bigint[], %b::bytea[])",
+    dequeue="DELETE FROM log_pending AS p USING unnest(%b::bigint[], %b::varchar[]) AS d(t, e)"
     " WHERE p.decided_at_ms = d.t AND p.execution_id = d.e",
     sizes="WITH o(org_id) AS (SELECT * FROM unnest(%s::varchar[]))" + _SIZES,  # noqa: S608
     edges="WITH w(org_id, level, node_index) AS"  # noqa: S608
