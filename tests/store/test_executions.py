@@ -397,6 +397,31 @@ def test_a_repeat_recorded_late_does_not_move_the_last_time_back(engine: Engine)
     assert repeats.details["repeats"] == 2
 
 
+def test_repeats_of_several_executions_counted_at_once_are_one_row_each(engine: Engine) -> None:
+    """A batch's repeats go in one statement: each execution's are merged into its row, and
+    added to what earlier batches counted."""
+    first, second = record("first"), record("second")
+    batch(engine, [(first, None), (second, None)])
+    count_one_repeat(engine, first.execution_id, NOW + timedelta(seconds=30))
+    with engine.begin() as conn:
+        count_repeats(
+            conn,
+            [
+                Repeat(ORG, first.execution_id, NOW + timedelta(seconds=10)),
+                Repeat(ORG, second.execution_id, NOW + timedelta(seconds=20)),
+                Repeat(ORG, first.execution_id, NOW + timedelta(seconds=40)),
+            ],
+        )
+    reads = ExecutionStore(engine)
+    [of_first] = reads.lineage(ORG, first.execution_id)
+    [of_second] = reads.lineage(ORG, second.execution_id)
+    assert of_first.occurred_at == NOW + timedelta(seconds=40)
+    # The row's first time is the first batch's: a later batch adds to it, never moves it.
+    assert of_first.details == {"repeats": 3, "first_repeated_at": "2026-11-23T10:00:30.000Z"}
+    assert of_second.occurred_at == NOW + timedelta(seconds=20)
+    assert of_second.details == {"repeats": 1, "first_repeated_at": "2026-11-23T10:00:20.000Z"}
+
+
 def test_repeats_are_listed_among_other_lineage_events_by_time(engine: Engine) -> None:
     first = record("mixed")
     single(engine, first, None)

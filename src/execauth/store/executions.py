@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from ulid import ULID
 
 from execauth.store.audit import append_lineage
@@ -113,6 +113,8 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
     """
     merged: dict[str, dict[str, Any]] = {}
     for repeat in repeats:
+        if repeat.at.tzinfo is None:  # as the UTC column type would refuse it
+            raise ValueError("naive datetime given to a UTC column")
         row = merged.get(repeat.execution_id)
         if row is None:
             merged[repeat.execution_id] = {
@@ -126,20 +128,41 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
             row["repeats"] += 1
             row["first_repeated_at"] = min(row["first_repeated_at"], repeat.at)
             row["last_repeated_at"] = max(row["last_repeated_at"], repeat.at)
-    postgres = conn.dialect.name == "postgresql"
-    dialect: Any = postgresql if postgres else sqlite
-    statement = dialect.insert(execution_repeats)
-    later = func.greatest if postgres else func.max
+    if conn.dialect.name == "postgresql":
+        # One statement over arrays: psycopg's executemany would send and wait row by row
+        # (a retry storm repeats many executions per batch; docs/performance.md, "The
+        # PostgreSQL sequencer round"). The rows are distinct executions (merged above),
+        # so no row is updated twice by the one statement.
+        rows = list(merged.values())
+        conn.exec_driver_sql(
+            _POSTGRESQL_COUNT_REPEATS,
+            tuple([row[name] for row in rows] for name in _REPEAT_COLUMNS),
+        )
+        return
+    statement = sqlite.insert(execution_repeats)
     statement = statement.on_conflict_do_update(
         index_elements=[execution_repeats.c.execution_id],
         set_={
             "repeats": execution_repeats.c.repeats + statement.excluded.repeats,
-            "last_repeated_at": later(
+            "last_repeated_at": func.max(
                 execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
             ),
         },
     )
     conn.execute(statement, list(merged.values()))
+
+
+_REPEAT_COLUMNS = ("execution_id", "org_id", "repeats", "first_repeated_at", "last_repeated_at")
+# The arrays in binary (%b), as the writer's other statements on PostgreSQL.
+_POSTGRESQL_COUNT_REPEATS = (
+    "INSERT INTO execution_repeats"
+    " (execution_id, org_id, repeats, first_repeated_at, last_repeated_at)"
+    " SELECT * FROM unnest(%b::varchar[], %b::varchar[], %b::bigint[],"
+    " %b::timestamptz[], %b::timestamptz[])"
+    " ON CONFLICT (execution_id) DO UPDATE SET"
+    " repeats = execution_repeats.repeats + excluded.repeats,"
+    " last_repeated_at = greatest(execution_repeats.last_repeated_at, excluded.last_repeated_at)"
+)
 
 
 class ExecutionStore:
