@@ -386,6 +386,15 @@ def test_repeats_of_an_execution_are_one_row_with_a_count_and_the_last_time(
     assert repeats.details == {"repeats": 1_000, "first_repeated_at": "2026-11-23T10:00:00.000Z"}
 
 
+def test_a_repeat_recorded_late_moves_the_first_time_back(engine: Engine) -> None:
+    first = record("early")
+    single(engine, first, None)
+    count_one_repeat(engine, first.execution_id, NOW + timedelta(seconds=5))
+    count_one_repeat(engine, first.execution_id, NOW)  # another worker's, committed later
+    [repeats] = ExecutionStore(engine).lineage(ORG, first.execution_id)
+    assert repeats.details == {"repeats": 2, "first_repeated_at": "2026-11-23T10:00:00.000Z"}
+
+
 def test_a_repeat_recorded_late_does_not_move_the_last_time_back(engine: Engine) -> None:
     first = record("late")
     single(engine, first, None)
@@ -416,8 +425,7 @@ def test_repeats_of_several_executions_counted_at_once_are_one_row_each(engine: 
     [of_first] = reads.lineage(ORG, first.execution_id)
     [of_second] = reads.lineage(ORG, second.execution_id)
     assert of_first.occurred_at == NOW + timedelta(seconds=40)
-    # The row's first time is the first batch's: a later batch adds to it, never moves it.
-    assert of_first.details == {"repeats": 3, "first_repeated_at": "2026-11-23T10:00:30.000Z"}
+    assert of_first.details == {"repeats": 3, "first_repeated_at": "2026-11-23T10:00:10.000Z"}
     assert of_second.occurred_at == NOW + timedelta(seconds=20)
     assert of_second.details == {"repeats": 1, "first_repeated_at": "2026-11-23T10:00:20.000Z"}
 

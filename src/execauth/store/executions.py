@@ -144,6 +144,10 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
         index_elements=[execution_repeats.c.execution_id],
         set_={
             "repeats": execution_repeats.c.repeats + statement.excluded.repeats,
+            # A batch committed late may hold earlier repeats: the times only widen.
+            "first_repeated_at": func.min(
+                execution_repeats.c.first_repeated_at, statement.excluded.first_repeated_at
+            ),
             "last_repeated_at": func.max(
                 execution_repeats.c.last_repeated_at, statement.excluded.last_repeated_at
             ),
@@ -161,6 +165,7 @@ _POSTGRESQL_COUNT_REPEATS = (
     " %b::timestamptz[], %b::timestamptz[])"
     " ON CONFLICT (execution_id) DO UPDATE SET"
     " repeats = execution_repeats.repeats + excluded.repeats,"
+    " first_repeated_at = least(execution_repeats.first_repeated_at, excluded.first_repeated_at),"
     " last_repeated_at = greatest(execution_repeats.last_repeated_at, excluded.last_repeated_at)"
 )
 

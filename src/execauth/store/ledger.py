@@ -119,8 +119,8 @@ def sequence_pending(
     if sql is _POSTGRESQL:
         # One statement each, the rows as one array per column. psycopg's executemany
         # sends and waits row by row here: a system call per row, and the GIL handed
-        # back and forth with the writer's loop (docs/performance.md, "The sequencer on
-        # PostgreSQL").
+        # back and forth with the writer's loop (docs/performance.md, "The PostgreSQL
+        # sequencer round").
         conn.exec_driver_sql(sql.insert_leaf, (sequenced_at, *_columns(leaves)))
         if nodes:
             conn.exec_driver_sql(sql.insert_node, _columns(nodes))
