@@ -36,3 +36,19 @@ async def test_sequencing_is_counted_with_its_lag(
     text = (await client.get("/metrics")).text
     assert "execauth_sequenced_receipts_total 1.0" in text
     assert "execauth_sequencer_lag_seconds_count 1.0" in text
+
+
+async def test_each_sequencing_transaction_is_timed(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    permit = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
+    await client.post("/v1/execute", json=permit, headers=tenant.auth)
+    sequence(client)
+    text = (await client.get("/metrics")).text
+    assert "execauth_sequencer_transaction_seconds_count 1.0" in text
+    [total] = [
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("execauth_sequencer_transaction_seconds_sum ")
+    ]
+    assert total > 0

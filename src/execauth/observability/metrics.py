@@ -184,6 +184,14 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
             registry=self.registry,
         )
+        # On SQLite a sequencing transaction holds the one write lock: receipt commits
+        # wait behind it, so its length is a stall of the write path.
+        self.sequencer_transaction_seconds = Histogram(
+            "execauth_sequencer_transaction_seconds",
+            "Duration of one sequencing transaction, commit included",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
+            registry=self.registry,
+        )
 
     def add_shared(self, collector: Collector) -> None:
         """Report ``collector``'s metrics too (read at scrape time, whichever worker answers)."""
@@ -243,6 +251,9 @@ class Metrics:
     def observe_sequenced(self, count: int, oldest_lag_seconds: float) -> None:
         self.sequenced.inc(count)
         self.sequencer_lag_seconds.observe(max(0.0, oldest_lag_seconds))
+
+    def observe_sequencer_transaction(self, seconds: float) -> None:
+        self.sequencer_transaction_seconds.observe(seconds)
 
     def observe_commit(self, batch_size: int, seconds: float) -> None:
         self.writer_batch_size.observe(batch_size)

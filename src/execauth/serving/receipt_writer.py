@@ -83,6 +83,7 @@ class ReceiptWriter:
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
         self._background: Callable[[Connection], bool] | None = None
+        self._background_done: Callable[[float], None] | None = None
         self._background_interval = 1.0
         self._background_last = 0.0
         # start_on_loop: the loop that commits, and what it read this turn.
@@ -90,15 +91,23 @@ class ReceiptWriter:
         self._read: list[_Pending] = []
         self._idle_timer: asyncio.TimerHandle | None = None
 
-    def run_in_background(self, job: Callable[[Connection], bool], interval: float) -> None:
+    def run_in_background(
+        self,
+        job: Callable[[Connection], bool],
+        interval: float,
+        *,
+        on_done: Callable[[float], None] | None = None,
+    ) -> None:
         """Run ``job`` in its own transaction on the writer's connection, every ``interval``;
         again after the next batch, without waiting, while it returns ``True`` (more to do).
 
         SQLite has one write lock; a second writing thread (the sequencer) would make
         this one sleep in SQLite's busy handler. Interleaving the sequencer's work
         between receipt batches keeps one writer, and its transactions short.
+        ``on_done`` is told how long each committed run held the writer (for metrics).
         """
         self._background = job
+        self._background_done = on_done
         self._background_interval = interval
         self._background_last = time.monotonic()
 
@@ -262,9 +271,12 @@ class ReceiptWriter:
         try:
             if self._connection is None or self._connection.closed:
                 self._connection = self.engine.connect()
+            started = time.perf_counter()
             with self._lock.held(), self._connection.begin():
                 begin_writing(self._connection)
                 more = job(self._connection)
+            if self._background_done is not None:
+                self._background_done(time.perf_counter() - started)
             if more:
                 # A backlog: keep alternating with receipt batches until it is gone, or
                 # under sustained load the log would fall further behind every second.

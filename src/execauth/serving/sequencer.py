@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -58,7 +59,7 @@ class Sequencer:
     def start(self, writer: ReceiptWriter) -> None:
         """Sequence where the writer commits for SQLite (one write lock), else on our own."""
         if writer.engine.dialect.name == "sqlite":
-            writer.run_in_background(self._step_on, self._interval)
+            writer.run_in_background(self._step_on, self._interval, on_done=self._timed)
             return
         self._thread = threading.Thread(target=self._run, name="execauth-sequencer", daemon=True)
         self._thread.start()
@@ -80,11 +81,18 @@ class Sequencer:
         total = 0
         while True:
             now = self._clock()
+            started = time.perf_counter()
             decided = self._store.sequence_batch(limit=BATCH, now=now, sign=self._sign)
+            self._timed(time.perf_counter() - started)
             total += len(decided)
             self._observe(now, decided)
             if len(decided) < BATCH:
                 return total
+
+    def _timed(self, seconds: float) -> None:
+        """One sequencing transaction took ``seconds``, its commit included."""
+        if self._metrics is not None:
+            self._metrics.observe_sequencer_transaction(seconds)
 
     def _observe(self, now: datetime, decided: list[int]) -> None:
         if decided and self._metrics is not None:
