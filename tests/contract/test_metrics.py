@@ -27,13 +27,17 @@ async def test_metrics_count_decisions_statuses_and_commits(
     assert "execauth_execute_seconds_count 3.0" in text
 
 
-async def test_sequencing_is_counted_with_its_lag(
-    client: httpx.AsyncClient, tenant: Tenant
-) -> None:
+async def metrics_after_one_sequenced_receipt(client: httpx.AsyncClient, tenant: Tenant) -> str:
     permit = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
     await client.post("/v1/execute", json=permit, headers=tenant.auth)
     sequence(client)
-    text = (await client.get("/metrics")).text
+    return (await client.get("/metrics")).text
+
+
+async def test_sequencing_is_counted_with_its_lag(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    text = await metrics_after_one_sequenced_receipt(client, tenant)
     assert "execauth_sequenced_receipts_total 1.0" in text
     assert "execauth_sequencer_lag_seconds_count 1.0" in text
 
@@ -41,10 +45,7 @@ async def test_sequencing_is_counted_with_its_lag(
 async def test_each_sequencing_transaction_is_timed(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:
-    permit = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
-    await client.post("/v1/execute", json=permit, headers=tenant.auth)
-    sequence(client)
-    text = (await client.get("/metrics")).text
+    text = await metrics_after_one_sequenced_receipt(client, tenant)
     assert "execauth_sequencer_transaction_seconds_count 1.0" in text
     [total] = [
         float(line.split()[1])

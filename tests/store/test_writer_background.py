@@ -24,6 +24,20 @@ def writer_on(tmp_path: Path) -> ReceiptWriter:
     return ReceiptWriter(engine)
 
 
+def run_until(writer: ReceiptWriter, event: threading.Event) -> int:
+    """Run the writer until ``event`` is set, stop it (joining its thread), and count
+    the rows its background runs committed."""
+    writer.start()
+    try:
+        assert event.wait(WAIT)
+    finally:
+        writer.stop()
+    with writer.engine.connect() as conn:
+        committed = int(conn.execute(text("SELECT count(*) FROM passes")).scalar_one())
+    writer.engine.dispose()
+    return committed
+
+
 def test_a_committed_background_run_reports_how_long_it_held_the_writer(tmp_path: Path) -> None:
     writer = writer_on(tmp_path)
     held: list[float] = []
@@ -38,15 +52,9 @@ def test_a_committed_background_run_reports_how_long_it_held_the_writer(tmp_path
         reported.set()
 
     writer.run_in_background(job, INTERVAL, on_done=done)
-    writer.start()
-    try:
-        assert reported.wait(WAIT)
-    finally:
-        writer.stop()
+    committed = run_until(writer, reported)
     assert held[0] > 0
-    with writer.engine.connect() as conn:  # reported once committed
-        assert conn.execute(text("SELECT count(*) FROM passes")).scalar_one() >= 1
-    writer.engine.dispose()
+    assert committed >= 1  # reported once committed
 
 
 def test_a_failed_background_run_is_not_reported(tmp_path: Path) -> None:
@@ -60,12 +68,7 @@ def test_a_failed_background_run_is_not_reported(tmp_path: Path) -> None:
         raise RuntimeError("the pass fails")
 
     writer.run_in_background(job, INTERVAL, on_done=held.append)
-    writer.start()
-    try:
-        assert attempted.wait(WAIT)
-    finally:
-        writer.stop()  # joins the thread: a report after the failed run would be in by now
+    # Stopping joins the writer's thread: a report after the failed run would be in by now.
+    committed = run_until(writer, attempted)
     assert held == []
-    with writer.engine.connect() as conn:  # rolled back whole
-        assert conn.execute(text("SELECT count(*) FROM passes")).scalar_one() == 0
-    writer.engine.dispose()
+    assert committed == 0  # rolled back whole
