@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Column, Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -44,6 +44,20 @@ def in_format_style(statements: _Statements, **changes: str) -> _Statements:
         for field in dataclasses.fields(statements)
     }
     return dataclasses.replace(statements, **(converted | changes))
+
+
+def bound(column: Column[Any], value: Any, conn: Connection) -> Any:
+    """``value`` as SQLAlchemy would bind it to ``column`` (e.g. a UTC datetime: naive ones
+    refused, stored naive on SQLite), for statements handed to the driver as text."""
+    process = column.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    return value if process is None else process(value)
+
+
+def as_columns(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
+    """Rows as one list per column: the arrays of PostgreSQL's ``unnest`` statements, which
+    take a batch in one statement where psycopg's ``executemany`` would send and wait row
+    by row."""
+    return tuple(list(column) for column in zip(*rows, strict=True))
 
 
 def make_engine(url: str, *, schema: str | None = None) -> Engine:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql
 
-from execauth.store.database import execute_on_sqlite, in_format_style
+from execauth.store.database import as_columns, execute_on_sqlite, in_format_style
 from execauth.store.executions import ExecutionRecord, PriorExecution, prior_execution
 from execauth.store.tables import executions
 from execauth.tenancy.quota import QuotaCheck
@@ -208,9 +208,9 @@ def _insert_batch_keys_first(
     # In (org, key) order: two writers inserting the same keys wait for each other
     # in one order, never in a cycle.
     ordered = sorted(fresh, key=lambda p: (items[p][0].org_id, items[p][0].idempotency_key or ""))
-    columns = [list(column) for column in zip(*(_row(items[p][0]) for p in ordered), strict=True)]
-    columns.append([items[p][0].leaf_hash for p in ordered])
-    inserted = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_INSERT_NEW_KEYS, tuple(columns))}
+    stored = [items[p][0] for p in ordered]
+    columns = (*as_columns([_row(record) for record in stored]), [r.leaf_hash for r in stored])
+    inserted = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_INSERT_NEW_KEYS, columns)}
 
     outcomes: list[WriteOutcome] = [None] * len(items)
     refunds: dict[tuple[str, str], int] = {}

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import sqlite
 from ulid import ULID
 
 from execauth.store.audit import append_lineage
+from execauth.store.database import as_columns, bound
 from execauth.store.tables import (
     approvals,
     execution_events,
@@ -113,8 +114,6 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
     """
     merged: dict[str, dict[str, Any]] = {}
     for repeat in repeats:
-        if repeat.at.tzinfo is None:  # as the UTC column type would refuse it
-            raise ValueError("naive datetime given to a UTC column")
         row = merged.get(repeat.execution_id)
         if row is None:
             merged[repeat.execution_id] = {
@@ -133,11 +132,13 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
         # (a retry storm repeats many executions per batch; docs/performance.md, "The
         # PostgreSQL sequencer round"). The rows are distinct executions (merged above),
         # so no row is updated twice by the one statement.
-        rows = list(merged.values())
-        conn.exec_driver_sql(
-            _POSTGRESQL_COUNT_REPEATS,
-            tuple([row[name] for row in rows] for name in _REPEAT_COLUMNS),
-        )
+        # Each value bound as its column's type binds it (a naive time is refused).
+        columns = [execution_repeats.c[name] for name in _REPEAT_COLUMNS]
+        rows = [
+            tuple(bound(column, row[column.name], conn) for column in columns)
+            for row in merged.values()
+        ]
+        conn.exec_driver_sql(_POSTGRESQL_COUNT_REPEATS, as_columns(rows))
         return
     statement = sqlite.insert(execution_repeats)
     statement = statement.on_conflict_do_update(

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Column, Connection, Engine, func, or_, select, union_all
+from sqlalchemy import Connection, Engine, func, or_, select, union_all
 from sqlalchemy.sql.elements import ColumnElement
 
 from execauth.ledger.merkle import (
@@ -35,7 +35,7 @@ from execauth.ledger.merkle import (
     node_hash,
 )
 from execauth.receipts import signing_payload
-from execauth.store.database import in_format_style
+from execauth.store.database import as_columns, bound, in_format_style
 from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
@@ -105,7 +105,7 @@ def sequence_pending(
         return []
     # In order of first appearance, as the checkpoints are signed and stored.
     frontiers = _frontiers(conn, sql, list(dict.fromkeys(row[1] for row in pending)))
-    sequenced_at = _bound(log_leaves.c.sequenced_at, now, conn)
+    sequenced_at = bound(log_leaves.c.sequenced_at, now, conn)
     leaves: list[tuple[Any, ...]] = []
     nodes: list[tuple[str, int, int, bytes]] = []
     computed = _leaves_of_stored(conn, sql, [row[0] for row in pending if row[2] is None])
@@ -121,16 +121,16 @@ def sequence_pending(
         # sends and waits row by row here: a system call per row, and the GIL handed
         # back and forth with the writer's loop (docs/performance.md, "The PostgreSQL
         # sequencer round").
-        conn.exec_driver_sql(sql.insert_leaf, (sequenced_at, *_columns(leaves)))
+        conn.exec_driver_sql(sql.insert_leaf, (sequenced_at, *as_columns(leaves)))
         if nodes:
-            conn.exec_driver_sql(sql.insert_node, _columns(nodes))
-        conn.exec_driver_sql(sql.dequeue, _columns(dequeued))
+            conn.exec_driver_sql(sql.insert_node, as_columns(nodes))
+        conn.exec_driver_sql(sql.dequeue, as_columns(dequeued))
     else:  # SQLite's executemany loops in C, straight to the driver
         conn.exec_driver_sql(sql.insert_leaf, [(*leaf, sequenced_at) for leaf in leaves])
         if nodes:
             conn.exec_driver_sql(sql.insert_node, nodes)
         conn.exec_driver_sql(sql.dequeue, dequeued)
-    created_at = _bound(log_checkpoints.c.created_at, now, conn)
+    created_at = bound(log_checkpoints.c.created_at, now, conn)
     checkpoints = []
     for org_id, frontier in frontiers.items():
         root = frontier.root()
@@ -153,11 +153,6 @@ def _leaves_of_stored(
             sql.receipts, _list_parameter(sql, execution_ids)
         )
     }
-
-
-def _columns(rows: list[tuple[Any, ...]]) -> tuple[list[Any], ...]:
-    """Rows as one list per column: the arrays of PostgreSQL's ``unnest`` statements."""
-    return tuple(list(column) for column in zip(*rows, strict=True))
 
 
 def _list_parameter(sql: _Statements, values: list[str]) -> tuple[Any, ...]:
@@ -239,12 +234,6 @@ _POSTGRESQL = in_format_style(
 )
 
 
-def _bound(column: Column[Any], value: Any, conn: Connection) -> Any:
-    """``value`` as SQLAlchemy would bind it to ``column`` (e.g. UTC datetimes on SQLite)."""
-    process = column.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    return value if process is None else process(value)
-
-
 def _frontiers(conn: Connection, sql: _Statements, org_ids: list[str]) -> dict[str, _Frontier]:
     """The right edge of each of these logs, in two statements whatever their number."""
     postgres = sql is _POSTGRESQL
@@ -262,8 +251,7 @@ def _frontiers(conn: Connection, sql: _Statements, org_ids: list[str]) -> dict[s
     hashes: dict[tuple[str, int], bytes | None] = {}
     if wanted:
         if postgres:
-            columns = ([w[0] for w in wanted], [w[1] for w in wanted], [w[2] for w in wanted])
-            found = conn.exec_driver_sql(sql.edges, columns)
+            found = conn.exec_driver_sql(sql.edges, as_columns(wanted))
         else:
             found = conn.exec_driver_sql(sql.edges, (json.dumps(wanted),))
         hashes = {(org_id, level): digest for org_id, level, digest in found}
