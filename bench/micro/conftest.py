@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-# A fixed decision time: Monday 2026-11-23 10:00 UTC (outside the Friday freeze).
+# A fixed decision time (Monday 2026-11-23 10:00 UTC): evaluation never reads the clock.
 NOW = datetime(2026, 11, 23, 10, 0, 0, 123000, tzinfo=UTC)
 ORG_FACTS = {"id": "org_01bench", "plan": "bench"}
 
