@@ -7,32 +7,42 @@ benchmark fail then, and measure something else if the check were skipped.
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import PolicySet, compile_policy, evaluate
 from execauth.request import parse_execute_request
 
-BENCH_POLICY = Path(__file__).parents[2] / "bench" / "policy.yaml"
+BENCH = Path(__file__).parents[2] / "bench"
 
-# The fields of bench/wrk/execauth.lua's request that the deploy.production rules read.
-REQUEST = {
-    "surface": "deploy.production",
-    "action": "deploy",
-    "actor": "release-bot",
-    "context": {"branch": "main", "ticket": "CHG-4821", "pipeline": "gh-actions/0"},
-    "payload": {"service": "checkout-api", "replicas": 6, "region": "eu-west-1"},
-}
+
+def bench_request() -> dict[str, Any]:
+    """The body ``bench/run.py`` checks before it measures (what execauth.lua sends)."""
+    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
+    assert spec is not None
+    assert spec.loader is not None
+    run = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run  # its dataclasses look their module up while defined
+    try:
+        spec.loader.exec_module(run)
+    finally:
+        del sys.modules[spec.name]
+    body: dict[str, Any] = json.loads(run.wrk_body_sample())
+    return body
 
 
 def test_the_benchmark_request_is_a_permit_at_every_hour_of_a_week() -> None:
-    document = parse_policy_document(BENCH_POLICY.read_text(), policy_id="bench")
+    document = parse_policy_document((BENCH / "policy.yaml").read_text(), policy_id="bench")
     policies = PolicySet([compile_policy(document, PolicyRef("bench", 1, document.policy_hash))])
     selected = policies.select("deploy.production")
     assert selected is not None
-    request = parse_execute_request(REQUEST, None).evaluation_input()
+    request = parse_execute_request(bench_request(), None).evaluation_input()
     monday = datetime(2026, 11, 23, 0, 30, tzinfo=UTC)
     answers = {
         hour: evaluate(selected[1], request, now=monday + timedelta(hours=hour), org={}).outcome
