@@ -105,7 +105,8 @@ fuzz: $(VENV)/.dev-installed
 
 # Load and micro benchmarks (bench/run.py; docs/performance.md). Not part of `make test`.
 # `make bench` runs execauth, the plain-Starlette baseline and Cerbos under wrk for 20 s
-# each; ARGS passes options: --postgres, --profile, --duration N, --micro (micro only).
+# each; ARGS passes options: --postgres, --profile, --duration N, --rounds N (the run N
+# times, with the median of its ratios), --micro (micro only).
 $(VENV)/.bench-installed: | $(VENV)/.runtime-installed
 	$(BIN)/python -m pip install --quiet pytest pytest-benchmark py-spy
 	touch $@

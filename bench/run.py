@@ -24,6 +24,8 @@ dropped after. ``--profile`` records execauth under the same load with py-spy
 in a separate pass so that sampling does not disturb the measured run. ``--micro`` runs
 the pytest-benchmark micro benchmarks (bench/micro) instead of the load benchmark;
 ``--in-process`` the gateway's CPU per execute in process (bench/in_process.py).
+``--rounds N`` repeats the whole run N times and reports the median of each run's ratios
+(bench/rounds.py).
 """
 
 from __future__ import annotations
@@ -847,11 +849,22 @@ def main() -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the whole run N times and report the median of each run's ratios "
+        "(bench/rounds.py) [1]",
+    )
+    parser.add_argument(
         "--capacity",
         action="store_true",
         help="measure WAL, storage and database CPU per receipt on PostgreSQL instead",
     )
     args = parser.parse_args()
+    if args.rounds > 1:
+        from rounds import run_rounds  # bench/rounds.py, beside this file
+
+        return run_rounds(sys.argv[1:], args.rounds)
     if args.micro:
         return run_micro()
     if args.in_process:
