@@ -861,6 +861,10 @@ def main() -> int:
         help="measure WAL, storage and database CPU per receipt on PostgreSQL instead",
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds takes a number of runs, 1 or more")
+    if args.rounds > 1 and (args.micro or args.in_process or args.capacity):
+        parser.error("--rounds repeats the load benchmark, not --micro, --in-process or --capacity")
     if args.rounds > 1:
         from rounds import run_rounds  # bench/rounds.py, beside this file
 
