@@ -9,8 +9,8 @@ more than most steps we measure, and a target read from one run is read from the
 The targets compare execauth with Cerbos *in the same run*, so every round here is one
 whole ``bench/run.py`` run (its own servers, databases and JSON in bench/results/), and
 this module only reads the ratios each run wrote and reports, for each, every round's
-value and their median. Nothing is averaged across runs that were not compared in the
-same run.
+value and their median. A ratio is never formed between two runs: execauth from one run
+is not divided by Cerbos from another.
 
 The summary goes to stdout and to ``bench/results/rounds-<timestamp>.json``, which
 names the runs it read.
