@@ -36,13 +36,12 @@ Report = dict[str, Any]
 
 
 def run_rounds(argv: list[str], rounds: int) -> int:
-    """Run ``bench/run.py argv`` (less ``--rounds``) ``rounds`` times, then summarize."""
-    argv = without_rounds(argv)
+    """Run ``bench/run.py argv`` as one round, ``rounds`` times, then summarize."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     paths: list[Path] = []
     for number in range(1, rounds + 1):
         print(f"[bench] round {number} of {rounds}", file=sys.stderr, flush=True)
-        path = _one_run(argv)
+        path = _one_run(one_round(argv))
         if path is None:
             print(f"[bench] round {number} wrote no result; stopping", file=sys.stderr)
             return 1
@@ -53,7 +52,7 @@ def run_rounds(argv: list[str], rounds: int) -> int:
     print(rounds_table(measures, rounds))
     summary = {
         "timestamp": stamp,
-        "command": " ".join(["run.py", *argv, "--rounds", str(rounds)]),
+        "command": " ".join(["run.py", *argv]),
         "runs": [str(path.relative_to(ROOT)) for path in paths],
         "measures": measures,
     }
@@ -63,18 +62,15 @@ def run_rounds(argv: list[str], rounds: int) -> int:
     return 0
 
 
-def without_rounds(argv: list[str]) -> list[str]:
-    """The command line of one round: ``argv`` without ``--rounds N`` / ``--rounds=N``."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--rounds":
-            skip = True
-        elif not arg.startswith("--rounds="):
-            kept.append(arg)
-    return kept
+def one_round(argv: list[str]) -> list[str]:
+    """The command line of one round: ``argv`` asking for a single run.
+
+    argparse keeps the last value an option is given, and accepts any unambiguous prefix
+    of its name; ``--rounds 1`` at the end overrides ``--rounds 5``, ``--rounds=5`` and
+    ``--round 5`` alike, where removing the option by its spelling would miss the last
+    and start rounds inside each round.
+    """
+    return [*argv, "--rounds", "1"]
 
 
 def _one_run(argv: list[str]) -> Path | None:
@@ -104,18 +100,12 @@ def _ratio(name: str, field: str) -> Reader:
     return lambda report: report["ratios"].get(name, {}).get(field)
 
 
-def _cpu(target: str) -> Reader:
+def _result(target: str, field: str) -> Reader:
+    """A field of one target's row in the run's results (None: the target did not run)."""
+
     def read(report: Report) -> float | None:
         row = next((r for r in report["results"] if r["target"] == target), None)
-        return None if row is None else row.get("server_cpu_us_per_request")
-
-    return read
-
-
-def _rps(target: str) -> Reader:
-    def read(report: Report) -> float | None:
-        row = next((r for r in report["results"] if r["target"] == target), None)
-        return None if row is None else row["rps"]
+        return None if row is None else row.get(field)
 
     return read
 
@@ -151,11 +141,11 @@ def _scenario(report: Report, name: str) -> dict[str, Any] | None:
 
 
 MEASURES: list[tuple[str, Reader]] = [
-    ("execauth req/s", _rps("execauth")),
-    ("cerbos req/s", _rps("cerbos")),
+    ("execauth req/s", _result("execauth", "rps")),
+    ("cerbos req/s", _result("cerbos", "rps")),
     ("req/s, execauth / cerbos (target 1: >= 1.0)", _ratio("execauth/cerbos", "rps")),
-    ("CPU us a request, execauth", _cpu("execauth")),
-    ("CPU us a request, cerbos", _cpu("cerbos")),
+    ("CPU us a request, execauth", _result("execauth", "server_cpu_us_per_request")),
+    ("CPU us a request, cerbos", _result("cerbos", "server_cpu_us_per_request")),
     ("p99 at saturation, execauth / cerbos (target 2: <= 2.0)", _ratio("execauth/cerbos", "p99")),
     ("p99 at 25 % of the peak, execauth / cerbos", _fixed_rate_p99(0.25)),
     ("p99 at 50 % of the peak, execauth / cerbos (target 2: <= 1.0)", _fixed_rate_p99(0.5)),

@@ -801,7 +801,7 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="execauth load benchmark (see bench/run.py)")
     parser.add_argument("--duration", type=int, default=20, help="seconds per target [20]")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up seconds per target [3]")
@@ -860,6 +860,11 @@ def main() -> int:
         action="store_true",
         help="measure WAL, storage and database CPU per receipt on PostgreSQL instead",
     )
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds takes a number of runs, 1 or more")

@@ -6,9 +6,7 @@ Python SDK (sdk/python/tests) and the TypeScript SDK; every verifier must agree.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +16,7 @@ import pytest
 
 from execauth.verify import parse_key_list, verify_receipt
 from execauth.wire_time import parse_timestamp
+from tests.module_files import load_module_file
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS_DIR = ROOT / "testdata" / "vectors"
@@ -57,15 +56,7 @@ VECTORS = load_vectors()
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_vectors", ROOT / "scripts" / "generate_vectors.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file("generate_vectors", ROOT / "scripts" / "generate_vectors.py")
 
 
 def test_there_are_vectors_for_every_reason_code() -> None:

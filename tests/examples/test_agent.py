@@ -6,12 +6,10 @@ examples/policies/agent-tools.yaml; each refused call is shown not to have run.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,22 +17,14 @@ from execauth_client import Client
 
 from tests.cli.conftest import RunningService
 from tests.examples.conftest import EXAMPLES, example_env, provision
+from tests.module_files import load_module_file
 
 pytestmark = pytest.mark.e2e
 
 AGENT = EXAMPLES / "agent" / "agent.py"
 
 
-def load_agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agent_example", AGENT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-agent = load_agent()
+agent = load_module_file("agent_example", AGENT)
 
 
 @pytest.fixture(scope="module")

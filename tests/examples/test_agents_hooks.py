@@ -7,34 +7,23 @@ never runs, in both patterns, and a service that cannot be asked refuses too.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 from execauth_client import Client
 
 from tests.cli.conftest import RunningService
 from tests.examples.conftest import EXAMPLES, example_env, provision
+from tests.module_files import load_module_file
 
 pytestmark = pytest.mark.e2e
 
 HOOKS = EXAMPLES / "agents" / "hooks.py"
 
 
-def load_hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agents_hooks_example", HOOKS)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = load_hooks()
+hooks = load_module_file("agents_hooks_example", HOOKS)
 
 
 @pytest.fixture(scope="module")

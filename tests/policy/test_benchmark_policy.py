@@ -7,9 +7,7 @@ benchmark fail then, and measure something else if the check were skipped.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,21 +16,14 @@ from execauth.policy.decision import Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import PolicySet, compile_policy, evaluate
 from execauth.request import parse_execute_request
+from tests.module_files import load_module_file
 
 BENCH = Path(__file__).parents[2] / "bench"
 
 
 def bench_request() -> dict[str, Any]:
     """The body ``bench/run.py`` checks before it measures (what execauth.lua sends)."""
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
-    assert spec is not None
-    assert spec.loader is not None
-    run = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = run  # its dataclasses look their module up while defined
-    try:
-        spec.loader.exec_module(run)
-    finally:
-        del sys.modules[spec.name]
+    run = load_module_file("bench_run", BENCH / "run.py")
     body: dict[str, Any] = json.loads(run.wrk_body_sample())
     return body
 
