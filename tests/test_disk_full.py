@@ -49,7 +49,10 @@ def database(tmp_path: Path) -> Database:
 def disk(runtime: Runtime) -> Iterator[Disk]:
     """Set ``disk.full`` and every transaction that starts afterwards cannot grow the file."""
     disk = Disk()
-    with runtime.engine.connect() as conn:
+    # The receipt writer's engine: on SQLite one of its own (serving/write_path.py).
+    assert runtime.write_path.local is not None
+    engine = runtime.write_path.local.engine
+    with engine.connect() as conn:
         unlimited = conn.exec_driver_sql("PRAGMA max_page_count").scalar_one()
 
     def pin(conn: Connection) -> None:
@@ -59,9 +62,9 @@ def disk(runtime: Runtime) -> Iterator[Disk]:
         assert sqlite is not None
         sqlite.execute(f"PRAGMA max_page_count = {limit}")
 
-    event.listen(runtime.engine, "begin", pin)
+    event.listen(engine, "begin", pin)
     yield disk
-    event.remove(runtime.engine, "begin", pin)
+    event.remove(engine, "begin", pin)
 
 
 @pytest.fixture

@@ -1,20 +1,18 @@
 """Backup and restore (the ledger issue, item 7): a rolled-back log is detected.
 
-A real ``execauth serve`` on SQLite is backed up online (``VACUUM INTO``) and keeps
-answering; an auditor saves a checkpoint; the backup is restored as
-docs/operations.md says. The restarted
-service cannot tell — its checkpoints were restored too — and signs the shorter
-log under the same origin. The auditor's saved checkpoint catches it: the log is
+A real ``execauth serve`` on SQLite is backed up online (``execauth db backup``: the
+database file and its Merkle log file) and keeps answering; an auditor saves a
+checkpoint; the backup is restored as docs/operations.md says. The restarted service
+cannot tell — its checkpoints were restored too — and signs the shorter log under the
+same origin. The auditor's saved checkpoint catches it: the log is
 behind it, and once it has grown again, inconsistent with it.
 """
 
 from __future__ import annotations
 
 import secrets
-import sqlite3
 import subprocess
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +59,7 @@ def audit(env: dict[str, str], workdir: Path, org_id: str) -> subprocess.Complet
 @pytest.fixture(scope="module")
 def restore(tmp_path_factory: pytest.TempPathFactory) -> Restore:
     workdir = tmp_path_factory.mktemp("restore")
-    database, backup = workdir / "execauth.db", workdir / "backup.db"
+    database, backup = workdir / "execauth.db", workdir / "backup"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = clean_env(
@@ -75,16 +73,18 @@ def restore(tmp_path_factory: pytest.TempPathFactory) -> Restore:
         org_id, _, secret = provision_org(url, ADMIN_TOKEN)
         auth = {"Authorization": f"Bearer {secret}"}
         issue(url, auth, 3)
-        with closing(sqlite3.connect(database)) as live:
-            live.execute("VACUUM INTO ?", (str(backup),))  # online, as docs/operations.md says
+        backed_up = run_cli(env, workdir, "db", "backup", str(backup))  # online
+        assert backed_up.returncode == 0, backed_up.stderr
         (lost,) = issue(url, auth, 1)
         issue(url, auth, 3)
         saved = httpx.get(f"{url}/operator/log/checkpoint", headers=auth)
         assert saved.json()["tree_size"] == 7
         (workdir / "saved.json").write_text(saved.text)
-    for stale in (database, workdir / "execauth.db-wal", workdir / "execauth.db-shm"):
-        stale.unlink(missing_ok=True)
-    backup.rename(database)
+    # As docs/operations.md says: both files and their -wal and -shm away, the copies in.
+    for name in ("execauth.db", "execauth.merkle.db"):
+        for stale in (name, f"{name}-wal", f"{name}-shm"):
+            (workdir / stale).unlink(missing_ok=True)
+        (backup / name).rename(workdir / name)
     with running_service(env, workdir, port, log_name="after.log"):
         lost_proof = httpx.get(f"{url}/v1/receipts/{lost}/proof", headers=auth)
         restored = audit(env, workdir, org_id)

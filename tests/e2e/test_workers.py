@@ -10,6 +10,7 @@ not stored) until the parent has restarted it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -59,6 +60,19 @@ class Service:
         pids = re.findall(r"receipt writer process (\d+) serving", self.log.read_text())
         assert len(pids) > after, self.log.read_text()
         return int(pids[after])
+
+    def log_keeper_pid(self) -> int:
+        """The running log keeper's pid, from its log line: the newest whose process is
+        alive (after a writer restart, the new one may not have started yet)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pids = re.findall(r"log keeper process (\d+) placing", self.log.read_text())
+            for pid in reversed(pids):
+                with contextlib.suppress(OSError):
+                    if b"log keeper" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        return int(pid)
+            time.sleep(0.1)
+        raise AssertionError(f"no log keeper process running: {self.log.read_text()}")
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +162,25 @@ def test_a_killed_writer_process_means_503_until_it_is_restarted(service: Servic
     assert answers[-1].status_code == 200, f"the writer was not restarted: {outcomes}"
     assert service.stored(org_id) == acknowledged
     assert "restarting it" in service.log.read_text()
+
+
+def test_a_killed_log_keeper_process_is_restarted_and_every_receipt_reaches_its_log(
+    service: Service,
+) -> None:
+    _, _, secret = provision_org(service.url, ADMIN_TOKEN, plan="load")
+    auth = {"Authorization": f"Bearer {secret}"}
+    first = asyncio.run(execute_many(service.url, secret, 10))
+    os.kill(service.log_keeper_pid(), signal.SIGKILL)
+    second = asyncio.run(execute_many(service.url, secret, 10))
+    answers = first + second
+    assert {a.status_code for a in answers} == {200}  # the receipt path never waits for it
+    deadline = time.monotonic() + 30  # a guard against a hang, not a measurement
+    for answer in answers:
+        proof = f"{service.url}/v1/receipts/{answer.json()['receipt_id']}/proof"
+        while httpx.get(proof, headers=auth).status_code != 200:
+            assert time.monotonic() < deadline, "not in its log within 30 s"
+            time.sleep(0.1)
+    assert "the log keeper process exited with code -9; restarting it" in service.log.read_text()
 
 
 def test_sigterm_stops_the_workers_and_the_writer_process(

@@ -10,11 +10,10 @@ from dataclasses import asdict
 import pytest
 from sqlalchemy import Engine, insert, inspect, select, text
 
-from execauth.store.database import make_engine, upgrade
+from execauth.store.database import make_engine, migrate, upgrade
 from execauth.store.tables import executions, log_leaves, log_pending
 from tests.conftest import Database
 from tests.store.test_ledger import leaf
-from tests.store.test_repeats_migration import migrate
 from tests.store.test_sequence_pending import (
     NOW,
     ORGS,

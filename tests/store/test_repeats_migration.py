@@ -6,25 +6,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, insert
 
-from execauth.store.database import MIGRATIONS, make_engine, upgrade
+from execauth.store.database import make_engine, migrate, upgrade
 from execauth.store.executions import ExecutionStore
 from execauth.store.tables import execution_events
 from tests.conftest import Database
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
-
-
-def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
-    """Upgrade (or with ``down``, downgrade) the schema to ``revision``."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, MetaData, inspect
 
 from execauth.store import consumptions
-from execauth.store.database import make_engine, upgrade
-from execauth.store.tables import executions, metadata
+from execauth.store.database import LOG_SCHEMA, log_apart, make_engine, upgrade
+from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes, metadata
 from tests.conftest import Database
 
 
@@ -33,8 +33,27 @@ def engine(database: Database) -> Iterator[Engine]:
 def test_the_migrated_tables_columns_and_indexes_are_the_declared_ones(engine: Engine) -> None:
     # Declared beside its repository, on the same metadata: imported above, so compared.
     assert consumptions.receipt_consumptions.name in metadata.tables
+    declared, options = metadata, {}
+    if log_apart(engine):
+        # The log's tables are declared without a schema (queries find them in either
+        # file) and migrated into the attached log file: compared there.
+        declared, options = MetaData(), {"include_schemas": True}
+        in_log = {t.name for t in (log_leaves, log_nodes, log_checkpoints)}
+        for table in metadata.tables.values():
+            if table.name in in_log:
+                table.to_metadata(declared, schema=LOG_SCHEMA)
+            else:
+                table.to_metadata(declared)
     with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert compare_metadata(MigrationContext.configure(conn, opts=options), declared) == []
+
+
+def test_on_sqlite_the_logs_are_in_their_own_file_and_not_in_the_receipts(engine: Engine) -> None:
+    if not log_apart(engine):
+        pytest.skip("the logs have a file of their own on SQLite only")
+    logs = {log_leaves.name, log_nodes.name, log_checkpoints.name}
+    assert logs <= set(inspect(engine).get_table_names(schema=LOG_SCHEMA))
+    assert logs.isdisjoint(inspect(engine).get_table_names())
 
 
 def test_executions_has_no_index_that_another_one_begins_with(engine: Engine) -> None:

@@ -55,9 +55,9 @@ def engine(database: Database) -> Iterator[Engine]:
 class Receipts:
     """Stores executions with small signed-looking receipts, in decision order."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, first: int = 0) -> None:
         self.engine = engine
-        self.count = 0
+        self.count = first  # the number before the first receipt's
         self.by_org: dict[str, list[dict[str, object]]] = {org_id: [] for org_id in ORGS}
 
     def store(self, org_ids: list[str]) -> None:

@@ -51,7 +51,7 @@ COMMANDS: dict[str, LazyCommand] = {
         # Everything after the first argument is the command, its own options included.
         {"allow_interspersed_args": False},
     ),
-    "db": LazyCommand("execauth.cli.db:app", "Database schema management."),
+    "db": LazyCommand("execauth.cli.db:app", "Database schema management and backups."),
     "signing-keys": LazyCommand(
         "execauth.cli.signing_keys:app", "Manage the keys that sign receipts."
     ),

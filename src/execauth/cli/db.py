@@ -1,14 +1,18 @@
-"""``execauth db``: schema migrations."""
+"""``execauth db``: schema migrations, and backups of a SQLite database."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from execauth.config import Settings
 from execauth.serving.runtime import open_stores
+from execauth.store.database import back_up_sqlite
 
-app = typer.Typer(help="Database schema management.", no_args_is_help=True)
+app = typer.Typer(help="Database schema management and backups.", no_args_is_help=True)
 
 
 @app.command("upgrade")
@@ -18,3 +22,27 @@ def upgrade() -> None:
     _, engine = open_stores(settings, migrate=True)
     engine.dispose()
     Console(stderr=True).print(f"database at {engine.url.render_as_string()} is up to date")
+
+
+@app.command("backup")
+def backup(
+    directory: Annotated[Path, typer.Argument(help="A new or empty directory for the copies.")],
+) -> None:
+    """Back up a SQLite EXECAUTH_DATABASE_URL online: the database file and its Merkle
+    log file, in the order a restore needs (docs/operations.md, "Backup and restore").
+    PostgreSQL: use pg_dump."""
+    settings = Settings()
+    _, engine = open_stores(settings, migrate=False)
+    console = Console(stderr=True)
+    try:
+        written = back_up_sqlite(engine, directory)
+    except ValueError:
+        console.print("execauth db backup copies SQLite database files; for PostgreSQL use pg_dump")
+        raise typer.Exit(2) from None
+    except FileExistsError as exc:
+        console.print(f"{exc.filename} exists: back up into a new or empty directory")
+        raise typer.Exit(2) from None
+    finally:
+        engine.dispose()
+    for path in written:
+        console.print(f"wrote {path} (integrity check: ok)")

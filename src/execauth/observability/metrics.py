@@ -34,11 +34,18 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, Select, func, or_, select
+from sqlalchemy import Engine, Select, exists, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from execauth.policy.document import MAX_TTL_SECONDS
-from execauth.store.tables import approvals, executions, log_pending, orgs, usage_counters
+from execauth.store.tables import (
+    approvals,
+    executions,
+    log_leaves,
+    log_pending,
+    orgs,
+    usage_counters,
+)
 from execauth.tenancy.orgs import Plan
 from execauth.tenancy.quota import month_period
 
@@ -299,7 +306,11 @@ class StoreCollector(Collector):
         try:
             with self._engine.connect() as conn:
                 backlog = conn.execute(
-                    select(func.count(), func.min(log_pending.c.decided_at_ms))
+                    select(func.count(), func.min(log_pending.c.decided_at_ms)).where(
+                        # On SQLite with the log apart, placed receipts stay queued a
+                        # moment (store/ledger.py, dequeue_placed): not a backlog.
+                        ~exists().where(log_leaves.c.execution_id == log_pending.c.execution_id)
+                    )
                 ).one()
                 usage = conn.execute(
                     select(usage_counters.c.org_id, orgs.c.plan, usage_counters.c.executes)

@@ -82,34 +82,9 @@ class ReceiptWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
-        self._background: Callable[[Connection], bool] | None = None
-        self._background_done: Callable[[float], None] | None = None
-        self._background_interval = 1.0
-        self._background_last = 0.0
         # start_on_loop: the loop that commits, and what it read this turn.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read: list[_Pending] = []
-        self._idle_timer: asyncio.TimerHandle | None = None
-
-    def run_in_background(
-        self,
-        job: Callable[[Connection], bool],
-        interval: float,
-        *,
-        on_done: Callable[[float], None] | None = None,
-    ) -> None:
-        """Run ``job`` in its own transaction on the writer's connection, every ``interval``;
-        again after the next batch, without waiting, while it returns ``True`` (more to do).
-
-        SQLite has one write lock; a second writing thread (the sequencer) would make
-        this one sleep in SQLite's busy handler. Interleaving the sequencer's work
-        between receipt batches keeps one writer, and its transactions short.
-        ``on_done`` is told how long each committed run held the writer (for metrics).
-        """
-        self._background = job
-        self._background_done = on_done
-        self._background_interval = interval
-        self._background_last = time.monotonic()
 
     @property
     def running(self) -> bool:
@@ -132,13 +107,10 @@ class ReceiptWriter:
         """Commit on ``loop``, at the end of each turn that read records (the writer
         process, whose loop does nothing else); ``submit`` is then called on it."""
         self._loop = loop
-        self._idle_timer = loop.call_later(self._idle_wait(), self._on_idle)
 
     def stop(self) -> None:
         """Commit everything queued so far, then end the thread (or leave the loop)."""
         if self._loop is not None:
-            if self._idle_timer is not None:
-                self._idle_timer.cancel()
             # Off the loop (it may be closed): waiters are answered through it, if it runs.
             self._loop = None
             while self._read:  # read but not committed: committed now
@@ -205,8 +177,7 @@ class ReceiptWriter:
 
     # on the loop (start_on_loop) ----------------------------------------------
     def _commit_read(self) -> None:
-        """Commit what the loop read (up to ``max_batch``; the rest in the next turn),
-        then the background job if it is due."""
+        """Commit what the loop read (up to ``max_batch``; the rest in the next turn)."""
         loop = self._loop
         if loop is None or not self._read:  # stopped meanwhile: stop() committed them
             return
@@ -214,33 +185,17 @@ class ReceiptWriter:
         if self._read:
             loop.call_soon(self._commit_read)
         self._commit(batch)
-        # After the replies this commit scheduled have been sent: a sequencer pass takes
-        # milliseconds, which the answered requests must not wait for.
-        loop.call_soon(self._maybe_run_background)
 
     def _next_read_batch(self) -> list[_Pending]:
         batch, self._read = self._read[: self.max_batch], self._read[self.max_batch :]
         return batch
-
-    def _on_idle(self) -> None:
-        """With nothing read for a while, the background job still runs on time."""
-        self._maybe_run_background()
-        if self._loop is not None and not self._loop.is_closed():
-            self._idle_timer = self._loop.call_later(self._idle_wait(), self._on_idle)
-
-    def _idle_wait(self) -> float:
-        return min(self._background_interval, 0.25)
 
     # on its own thread (start) ------------------------------------------------
     def _run(self) -> None:
         stopping = False
         while not stopping:
             batch: list[_Pending] = []
-            try:
-                item = self._queue.get(timeout=self._idle_wait())
-            except queue.Empty:
-                self._maybe_run_background()
-                continue
+            item = self._queue.get()
             while True:
                 if item is _STOP:
                     stopping = True
@@ -255,35 +210,12 @@ class ReceiptWriter:
                     break
             if batch:
                 self._commit(batch)
-            self._maybe_run_background()
         self._close()
 
     def _close(self) -> None:
         if self._connection is not None:
             self._connection.close()
         self._lock.close()
-
-    def _maybe_run_background(self) -> None:
-        job = self._background
-        if job is None or time.monotonic() - self._background_last < self._background_interval:
-            return
-        self._background_last = time.monotonic()
-        try:
-            if self._connection is None or self._connection.closed:
-                self._connection = self.engine.connect()
-            started = time.perf_counter()
-            with self._lock.held(), self._connection.begin():
-                begin_writing(self._connection)
-                more = job(self._connection)
-            if self._background_done is not None:
-                self._background_done(time.perf_counter() - started)
-            if more:
-                # A backlog: keep alternating with receipt batches until it is gone, or
-                # under sustained load the log would fall further behind every second.
-                self._background_last -= self._background_interval
-        except Exception:
-            # Rolled back whole; the next round does the same work again.
-            log.exception("background job on the writer failed")
 
     def _commit(self, batch: list[_Pending], *, reconnected: bool = False) -> None:
         try:

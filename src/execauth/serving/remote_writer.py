@@ -6,9 +6,10 @@ gateway process, waiting for the GIL after every SQLite call while holding the
 write lock (docs/performance.md). With several gateway processes that wait would
 also hold up every other process's commit. So the serving topology is N gateway
 workers that decide and sign, and one writer process that owns the database's
-write path: the group-commit ``ReceiptWriter`` and the sequencer, as in a single
-process, only with a GIL to themselves; there the writer commits on the loop that
-reads the frames (``ReceiptWriter.start_on_loop``), a batch being what one turn read.
+write path: the group-commit ``ReceiptWriter`` and the log keeping, as in a single
+process, only with a GIL to themselves (on a SQLite file the sequencer has a process of
+its own, ``serving/log_keeper.py``); there the writer commits on the loop that reads
+the frames (``ReceiptWriter.start_on_loop``), a batch being what one turn read.
 
 The gateways reach it over a Unix socket. Each frame is a 4-byte big-endian
 length and a msgpack body (msgspec): a ``WriteRequest`` carries the record and its

@@ -27,7 +27,14 @@ from execauth.server_secret import ServerSecret
 from execauth.serving.write_path import ReceiptSink, WritePath, build_write_path
 from execauth.store.audit import AuditStore
 from execauth.store.control import ControlStore
-from execauth.store.database import make_engine, schema_is_current, upgrade
+from execauth.store.database import (
+    log_apart,
+    log_file_of,
+    logs_in_place,
+    make_engine,
+    schema_is_current,
+    upgrade,
+)
 from execauth.store.executions import ExecutionStore
 from execauth.store.ledger import LogStore
 from execauth.store.signing_keys import SigningKeyStore
@@ -141,6 +148,8 @@ def prepare(settings: Settings, *, schema: str | None = None) -> str | None:
                 "execauth: the database schema is not up to date and EXECAUTH_MIGRATE_ON_START "
                 "is false; run `execauth db upgrade` first"
             )
+        if log_apart(engine):
+            _check_log_file(engine)
         control = ControlStore(engine)
         signing_store = SigningKeyStore(engine)
         now = datetime.now(UTC)
@@ -157,6 +166,22 @@ def prepare(settings: Settings, *, schema: str | None = None) -> str | None:
         return candidate if stored == candidate_hash else None  # we won any race
     finally:
         engine.dispose()
+
+
+def _check_log_file(engine: Engine) -> None:
+    """Refuse to serve a SQLite database whose log file was lost, or restored from another
+    point in time: serving would fail on every log query, or sign logs whose entries
+    name receipts that do not exist (docs/operations.md, "Backup and restore")."""
+    log_file = log_file_of(engine.url.database)
+    restore = ' restore both files of one backup (docs/operations.md, "Backup and restore")'
+    if not logs_in_place(engine):
+        raise SystemExit(f"execauth: {log_file} does not hold the Merkle logs;{restore}")
+    ahead = LogStore(engine).logs_ahead_of_receipts()
+    if ahead:
+        raise SystemExit(
+            f"execauth: {log_file} is newer than the database: the logs of {', '.join(ahead)}"
+            f" end in receipts it does not hold;{restore}"
+        )
 
 
 def open_runtime(

@@ -2,10 +2,17 @@
 
 It never runs on the request path: a receipt is answered once
 durable, and sequenced within about a second after. Every instance runs one;
-the store makes sure only one works at a time. On PostgreSQL it is a thread of
-its own; on SQLite it runs between receipt batches where the writer commits (its
-thread, or the writer process's loop), because SQLite has a single write lock and a
-second writer would stall the first.
+the store makes sure only one works at a time. It is a loop of its own: a thread of a
+single-process server, or of the process that commits under ``serve --workers N``
+(PostgreSQL); on a SQLite database file under ``serve --workers N``, a process of its
+own (``serving/log_keeper.py``).
+
+On SQLite the logs are in a file of their own (``store.database.log_file_of``): a pass
+writes that file only, never the receipts' file, whose write lock every receipt batch
+needs. The receipts it placed stay queued in ``log_pending`` (passed over), and are
+cleared off in one short write to the receipts' file about once a second.
+(A SQLite database in memory or named by a ``file:`` URI keeps the logs in its one
+file; there a pass waits for the writer's lock like any second writer.)
 """
 
 from __future__ import annotations
@@ -17,18 +24,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from sqlalchemy import Connection
-
 from execauth.keyring import Keyring
 from execauth.ledger.checkpoint import Checkpoint, sign_checkpoint
 from execauth.observability.metrics import Metrics
-from execauth.serving.receipt_writer import ReceiptWriter
-from execauth.store.ledger import LogStore, sequence_pending
+from execauth.store.database import log_apart
+from execauth.store.ledger import LogStore
 
 log = logging.getLogger("execauth.sequencer")
 BATCH = 2_000
-# Between receipt batches on SQLite's single writer: small, so receipts never wait long.
-WRITER_BATCH = 256
+# With the log apart, how often the placed receipts are cleared off the queue: each
+# clearing is a write to the receipts' file, which the receipt writer waits for.
+DEQUEUE_INTERVAL_SECONDS = 1.0
 
 
 def log_origin(issuer: str, org_id: str) -> str:
@@ -55,21 +61,13 @@ class Sequencer:
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._log_apart = log_apart(store.engine)
+        self._last_dequeue = time.monotonic()
 
-    def start(self, writer: ReceiptWriter) -> None:
-        """Sequence where the writer commits for SQLite (one write lock), else on our own."""
-        if writer.engine.dialect.name == "sqlite":
-            writer.run_in_background(self._step_on, self._interval, on_done=self._timed)
-            return
-        self._thread = threading.Thread(target=self._run, name="execauth-sequencer", daemon=True)
+    def start(self) -> None:
+        """Sequence on a thread of our own (``stop`` ends it)."""
+        self._thread = threading.Thread(target=self.run, name="execauth-sequencer", daemon=True)
         self._thread.start()
-
-    def _step_on(self, conn: Connection) -> bool:
-        """One bounded step where the writer commits; ``True`` when receipts are still pending."""
-        now = self._clock()
-        decided = sequence_pending(conn, limit=WRITER_BATCH, now=now, sign=self._sign)
-        self._observe(now, decided)
-        return len(decided) == WRITER_BATCH
 
     def stop(self) -> None:
         self._stop.set()
@@ -77,17 +75,35 @@ class Sequencer:
             self._thread.join()
 
     def run_once(self) -> int:
-        """Sequence everything pending now (in batches); how many receipts were added."""
+        """Sequence everything pending now (in batches), and clear it off the queue; how
+        many receipts were added."""
+        total = self._place_pending()
+        if self._log_apart:
+            self._store.dequeue_placed()
+            self._last_dequeue = time.monotonic()
+        return total
+
+    def _place_pending(self) -> int:
         total = 0
         while True:
             now = self._clock()
             started = time.perf_counter()
-            decided = self._store.sequence_batch(limit=BATCH, now=now, sign=self._sign)
+            decided = self._store.sequence_batch(
+                limit=BATCH, now=now, sign=self._sign, dequeue=not self._log_apart
+            )
             self._timed(time.perf_counter() - started)
             total += len(decided)
             self._observe(now, decided)
             if len(decided) < BATCH:
                 return total
+
+    def _round(self) -> None:
+        """One round of the loop: place what is pending; clear the queue about once a
+        second (log apart), where ``run_once`` clears it every time."""
+        self._place_pending()
+        if self._log_apart and time.monotonic() - self._last_dequeue >= DEQUEUE_INTERVAL_SECONDS:
+            self._store.dequeue_placed()
+            self._last_dequeue = time.monotonic()
 
     def _timed(self, seconds: float) -> None:
         """One sequencing transaction took ``seconds``, its commit included."""
@@ -98,10 +114,12 @@ class Sequencer:
         if decided and self._metrics is not None:
             self._metrics.observe_sequenced(len(decided), now.timestamp() - min(decided) / 1000)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Sequence every interval until ``stop`` (the thread's, or the log keeper
+        process's, main loop)."""
         while not self._stop.wait(self._interval):
             try:
-                self.run_once()
+                self._round()
             except Exception:
                 # A failed batch rolled back whole; the next round retries the same rows.
                 log.exception("sequencing failed; will retry")

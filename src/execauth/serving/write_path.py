@@ -9,10 +9,11 @@ and answer once it is durable". Two implementations sit behind it:
   for each gateway worker of ``execauth serve --workers N``.
 
 Where the records are committed, the log is kept too: the sequencer appends them to the
-organizations' Merkle logs and the dispatcher streams them to subscriptions. A
-``WritePath`` holds the sink and that log keeping together, and ``build_write_path``
-is the one place that decides, for every topology, which runs where
-(docs/architecture.md, "Process topology").
+organizations' Merkle logs and the dispatcher streams them to subscriptions (the
+writer process of ``--workers N`` on a SQLite file hands the sequencer to a log keeper
+process of its own: ``serving/log_keeper.py``). A ``WritePath`` holds the sink and that
+log keeping together, and ``build_write_path`` is the one place that wires them for
+every topology (docs/architecture.md, "The serving shell").
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from execauth.server_secret import ServerSecret
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import RemoteReceiptWriter
 from execauth.serving.sequencer import Sequencer
+from execauth.store.database import log_apart, make_engine
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.store.ledger import LogStore
 from execauth.streaming.dispatcher import Dispatcher, dispatcher_for
@@ -65,14 +67,15 @@ class WritePath:
 
     ``local`` is the group-commit writer when this process commits (then it also runs
     the sequencer and the dispatcher); ``None`` in a gateway worker, whose writer process
-    does both. The sequencer object exists either way: tests and exports drive its
-    ``run_once`` directly.
+    does both. The sequencer object exists either way: tests drive its ``run_once``
+    directly.
     """
 
     sink: ReceiptSink
     local: ReceiptWriter | None
     sequencer: Sequencer
     dispatcher: Dispatcher | None
+    writer_engine: Engine | None = None  # the local writer's own engine, if it has one
 
     @property
     def keeps_log(self) -> bool:
@@ -82,11 +85,13 @@ class WritePath:
         """Accept writes (idempotent for the in-process writer's callers)."""
         self.sink.start()
 
-    def start_log_keeping(self) -> None:
-        """Sequence and stream here, if records are committed here."""
+    def start_log_keeping(self, *, sequence: bool = True) -> None:
+        """Sequence and stream here, if records are committed here (``sequence=False``:
+        stream only; the writer process's log keeper process sequences)."""
         if self.local is None:
             return
-        self.sequencer.start(self.local)
+        if sequence:
+            self.sequencer.start()
         if self.dispatcher is not None:
             self.dispatcher.start()
 
@@ -98,6 +103,8 @@ class WritePath:
     def stop(self) -> None:
         """Commit what is queued, then stop accepting writes."""
         self.sink.stop()
+        if self.writer_engine is not None:
+            self.writer_engine.dispose()
 
 
 def build_write_path(
@@ -121,14 +128,22 @@ def build_write_path(
     if writer_socket is not None:
         remote = RemoteReceiptWriter(writer_socket, timeout_seconds=settings.write_timeout_seconds)
         return WritePath(remote, None, sequencer, None)
+    # With the log apart, the writer has an engine of its own, without the log's file
+    # attached: its BEGIN IMMEDIATE would otherwise take the log's write lock too, and
+    # wait for the sequencer's passes (store/database.py, make_engine).
+    writer_engine = None
+    if log_apart(engine):
+        writer_engine = make_engine(settings.database_url, with_log=False)
     local = ReceiptWriter(
-        engine,
+        writer_engine or engine,
         max_batch=settings.writer_max_batch,
         timeout_seconds=settings.write_timeout_seconds,
         on_commit=metrics.observe_commit,
     )
     metrics.watch_writer(local.queued)
-    return WritePath(local, local, sequencer, dispatcher_for(settings, engine, secret))
+    return WritePath(
+        local, local, sequencer, dispatcher_for(settings, engine, secret), writer_engine
+    )
 
 
 def remote_write_path(write_path: WritePath, socket_path: str, *, timeout: float) -> WritePath:

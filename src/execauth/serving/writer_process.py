@@ -1,8 +1,10 @@
 """The writer process of ``execauth serve --workers N``: started, watched and stopped here.
 
 ``run_writer_process`` is the process itself: the group-commit ``ReceiptWriter``
-and the sequencer over the database (as a single-process server runs them),
-served to the gateway workers by ``serving.remote_writer.WriterServer``.
+and the log keeping over the database (as a single-process server runs them, but for
+the sequencer on a SQLite file: the log keeper process it starts,
+``serving/log_keeper.py``), served to the gateway workers by
+``serving.remote_writer.WriterServer``.
 ``WriterProcess`` is the parent's handle: it starts the process before the
 workers, restarts it if it dies while serving, and stops it after the workers.
 
@@ -23,10 +25,8 @@ import multiprocessing
 import os
 import signal
 import socket
-import threading
 import time
 from datetime import UTC, datetime
-from multiprocessing.process import BaseProcess
 
 import uvloop
 
@@ -34,10 +34,13 @@ from execauth.config import Settings
 from execauth.keyring import Keyring
 from execauth.observability.logs import name_process, setup_logging
 from execauth.observability.metrics import Metrics
+from execauth.serving.log_keeper import LogKeeperProcess
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import WriterServer
 from execauth.serving.runtime import freeze_startup_objects, open_stores
+from execauth.serving.supervised_process import SupervisedProcess
 from execauth.serving.write_path import build_write_path
+from execauth.store.database import log_apart
 from execauth.store.signing_keys import SigningKeyStore
 
 log = logging.getLogger("execauth.writer")
@@ -59,7 +62,12 @@ def run_writer_process(socket_path: str) -> None:
     write_path = build_write_path(settings, engine, secret, keyring, Metrics())
     assert write_path.local is not None  # no writer socket: this process commits
     writer = write_path.local
-    write_path.start_log_keeping()  # the sequencer's passes: registered with the writer
+    # On a SQLite file the log has a file of its own, and a process of its own places
+    # receipts there (its CPU off this loop's GIL); on PostgreSQL, a thread of this one.
+    keeper = LogKeeperProcess() if log_apart(engine) else None
+    write_path.start_log_keeping(sequence=keeper is None)
+    if keeper is not None:
+        keeper.start()
     freeze_startup_objects()
     try:
         # uvloop, as the gateways use: the socket loop's I/O is most of its work.
@@ -73,6 +81,8 @@ def run_writer_process(socket_path: str) -> None:
             )
         )
     finally:
+        if keeper is not None:
+            keeper.stop()
         write_path.stop_log_keeping()
         write_path.stop()  # commits everything still queued
         engine.dispose()
@@ -114,37 +124,18 @@ async def _serve(
         log.warning("gateways still connected after %.0f s; the writer stops", drain_seconds)
 
 
-class WriterProcess:
-    """The parent's handle on the writer process."""
+class WriterProcess(SupervisedProcess):
+    """The parent's handle on the writer process: restarted if it dies while serving
+    (the gateways answer 503 meanwhile)."""
 
     def __init__(self, socket_path: str, *, drain_seconds: float = 30.0) -> None:
+        # On SIGTERM it drains, commits and exits: its drain, then a margin to commit.
+        super().__init__("receipt writer", stop_seconds=drain_seconds + DRAIN_MARGIN_SECONDS + 15)
         self.socket_path = socket_path
-        self._drain_seconds = drain_seconds + DRAIN_MARGIN_SECONDS
         self._context = multiprocessing.get_context("spawn")
-        self._process: BaseProcess | None = None
-        self._stopping = threading.Event()
-        self._watcher: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the process and wait until it accepts connections."""
-        self._spawn()
-        self._watcher = threading.Thread(target=self._watch, name="writer-watch", daemon=True)
-        self._watcher.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        process = self._process
-        if process is None:
-            return
-        if process.is_alive():
-            process.terminate()  # SIGTERM: drain, commit, exit
-            process.join(self._drain_seconds + 15)
-        if process.is_alive():
-            log.error("the receipt writer process did not stop; killing it")
-            process.kill()
-            process.join()
-        if self._watcher is not None:
-            self._watcher.join()
+        super().stop()
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
 
@@ -168,20 +159,6 @@ class WriterProcess:
                 process.kill()
                 raise RuntimeError("the receipt writer process did not start in time")
             time.sleep(0.05)
-
-    def _watch(self) -> None:
-        """Restart a writer that died while serving (the gateways answer 503 meanwhile)."""
-        while not self._stopping.wait(0.5):
-            process = self._process
-            if process is None or process.is_alive():
-                continue
-            log.error(
-                "the receipt writer process exited with code %s; restarting it", process.exitcode
-            )
-            try:
-                self._spawn()
-            except Exception:
-                log.exception("restarting the receipt writer process failed; will retry")
 
 
 def _accepts(socket_path: str) -> bool:

@@ -60,12 +60,42 @@ def as_columns(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
     return tuple(list(column) for column in zip(*rows, strict=True))
 
 
-def make_engine(url: str, *, schema: str | None = None) -> Engine:
+LOG_SCHEMA = "log"  # the name the Merkle log's SQLite file is attached under
+
+
+def log_file_of(database: str | None) -> Path | None:
+    """The SQLite file that holds the Merkle logs of the database file ``database``:
+    ``execauth.db`` → ``execauth.merkle.db`` (``None``: in memory or a ``file:`` URI,
+    where the logs stay in the one database).
+
+    A file of its own because SQLite has one write lock per file: placing receipts in
+    their logs, in the file of the receipts, held the receipt writer's lock for about
+    4 ms a pass (docs/decisions.md, "The Merkle log in a file of its own on SQLite").
+    """
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = Path(database)
+    return path.with_name(f"{path.stem}.merkle{path.suffix}")
+
+
+def log_apart(engine: Engine) -> bool:
+    """Whether this database keeps its Merkle logs in a file of their own (``log_file_of``)."""
+    return engine.dialect.name == "sqlite" and log_file_of(engine.url.database) is not None
+
+
+def make_engine(url: str, *, schema: str | None = None, with_log: bool = True) -> Engine:
     """An engine configured for durability.
 
     SQLite: WAL with ``synchronous=FULL`` (a committed receipt survives power
     loss), a busy timeout for the rare second writer (the CLI), foreign keys on.
     ``schema`` (PostgreSQL only) pins the search path, which tests use for isolation.
+
+    A SQLite database file comes with the Merkle logs' file (``log_file_of``), attached
+    to every connection as ``log``: SQLite finds a table named without its schema in
+    whichever attached file holds it, so every query reads the logs as if they were in
+    the main file. ``with_log=False`` is for the receipt writer alone: ``BEGIN
+    IMMEDIATE`` takes the write lock of every attached file, and the writer must never
+    wait for the log's.
     """
     url = normalize_url(url)
     if url.startswith("sqlite"):
@@ -73,7 +103,10 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
             url,
             connect_args={"check_same_thread": False, "timeout": 10},
         )
-        _create_private(engine)
+        _create_private(engine.url.database)
+        log_file = log_file_of(engine.url.database) if with_log else None
+        if log_file is not None:
+            _create_private(str(log_file))
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -81,6 +114,10 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute("PRAGMA foreign_keys=ON")
+            if log_file is not None:
+                cursor.execute(f"ATTACH DATABASE ? AS {LOG_SCHEMA}", (str(log_file),))
+                cursor.execute(f"PRAGMA {LOG_SCHEMA}.journal_mode=WAL")
+                cursor.execute(f"PRAGMA {LOG_SCHEMA}.synchronous=FULL")
             cursor.close()
 
         return engine
@@ -90,7 +127,7 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
     return create_engine(url, connect_args=connect_args, pool_size=10, pool_pre_ping=True)
 
 
-def _create_private(engine: Engine) -> None:
+def _create_private(database: str | None) -> None:
     """Create a new SQLite database file readable by its owner only (0600).
 
     It holds receipts, API-key hashes and sealed signing keys; SQLite would create it
@@ -98,7 +135,6 @@ def _create_private(engine: Engine) -> None:
     the database file's own permissions, so those are 0600 too. An existing file keeps
     the mode its operator chose.
     """
-    database = engine.url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     with contextlib.suppress(FileExistsError):
@@ -154,6 +190,56 @@ class WriterLock:
             self._fd = None
 
 
+def logs_in_place(engine: Engine) -> bool:
+    """Whether the log's file holds the logs (SQLite, log apart): false when it was lost,
+    or a database file was restored without it (docs/operations.md, "Backup and restore")."""
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            f"SELECT count(*) FROM {LOG_SCHEMA}.sqlite_master WHERE type = 'table'"  # noqa: S608
+            " AND name IN ('log_leaves', 'log_nodes', 'log_checkpoints')"
+        ).scalar_one()
+    return int(found) == 3
+
+
+def back_up_sqlite(engine: Engine, directory: Path) -> list[Path]:
+    """Copy a SQLite database, and its log's file, into ``directory`` (new or empty), under
+    the names they have; online, the service keeps answering. The files written.
+
+    Each copy is one ``VACUUM INTO``: a consistent snapshot of its file, WAL included.
+    The receipts' file first, then the log's: a receipt is cleared off the queue only
+    once its log holds it, so the later snapshot of the log holds every receipt that
+    the earlier snapshot of the receipts no longer queues. The other order could restore
+    receipts that neither the log nor the queue has. Created 0600, like the live files;
+    flushed to disk before this returns (``VACUUM INTO`` does not).
+    """
+    database = engine.url.database
+    log_file = log_file_of(database) if engine.dialect.name == "sqlite" else None
+    if database is None or log_file is None:
+        raise ValueError("only a SQLite database file is backed up this way")
+    directory.mkdir(parents=True, exist_ok=True)
+    copies = [("main", directory / Path(database).name), (LOG_SCHEMA, directory / log_file.name)]
+    for _, target in copies:
+        # VACUUM INTO writes into a new or empty file, with the mode it finds.
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    with engine.connect() as conn:
+        for schema, target in copies:
+            conn.exec_driver_sql(f"VACUUM {schema} INTO ?", (str(target),))
+    for _, target in copies:
+        with open(target, "rb") as copy:
+            os.fsync(copy.fileno())
+    directory_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+    for _, target in copies:
+        with contextlib.closing(sqlite3.connect(target)) as check:
+            (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
+        if verdict != "ok":
+            raise RuntimeError(f"{target}: integrity check failed: {verdict}")
+    return [target for _, target in copies]
+
+
 def begin_writing(conn: Connection) -> None:
     """Take SQLite's write lock now, inside the transaction ``conn.begin()`` opened.
 
@@ -193,11 +279,18 @@ def execute_on_sqlite(
 
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the newest migration (``execauth db upgrade``; also run by serve)."""
+    migrate(engine, "head")
+
+
+def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
+    """Upgrade (with ``down``, downgrade) the schema to ``revision``."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
+    # Not in a transaction of ours: alembic begins and commits its own, and a revision
+    # that must commit part of its work first (0014) can.
+    with engine.connect() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 def schema_is_current(engine: Engine) -> bool:

@@ -35,7 +35,7 @@ from execauth.ledger.merkle import (
     node_hash,
 )
 from execauth.receipts import signing_payload
-from execauth.store.database import as_columns, bound, in_format_style
+from execauth.store.database import WriterLock, as_columns, bound, in_format_style
 from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
@@ -90,12 +90,15 @@ class _Frontier:
 
 
 def sequence_pending(
-    conn: Connection, *, limit: int, now: datetime, sign: CheckpointSigner
+    conn: Connection, *, limit: int, now: datetime, sign: CheckpointSigner, dequeue: bool = True
 ) -> list[int]:
     """Give up to ``limit`` unsequenced receipts their log index; checkpoint each log.
 
     Runs inside the caller's transaction. Returns the decision times (epoch ms) of
-    the receipts sequenced, for lag metrics.
+    the receipts sequenced, for lag metrics. ``dequeue=False`` leaves the placed
+    receipts in ``log_pending``, for ``dequeue_placed`` to clear later: on SQLite with
+    the log in a file of its own (``store.database.log_apart``), so that this
+    transaction writes the log's file only and never takes the receipts' write lock.
     """
     sql = _POSTGRESQL if conn.dialect.name == "postgresql" else _SQLITE
     if sql is _POSTGRESQL:
@@ -115,7 +118,7 @@ def sequence_pending(
         digest = bytes(queued_leaf) if queued_leaf is not None else computed[execution_id]
         leaves.append((org_id, frontier.size, execution_id, digest))
         nodes.extend((org_id, *closed) for closed in frontier.append(digest))
-    dequeued = [(row[3], row[0]) for row in pending]
+    dequeued = [(row[3], row[0]) for row in pending] if dequeue else []
     if sql is _POSTGRESQL:
         # One statement each, the rows as one array per column. psycopg's executemany
         # sends and waits row by row here: a system call per row, and the GIL handed
@@ -124,12 +127,14 @@ def sequence_pending(
         conn.exec_driver_sql(sql.insert_leaf, (sequenced_at, *as_columns(leaves)))
         if nodes:
             conn.exec_driver_sql(sql.insert_node, as_columns(nodes))
-        conn.exec_driver_sql(sql.dequeue, as_columns(dequeued))
+        if dequeued:
+            conn.exec_driver_sql(sql.dequeue, as_columns(dequeued))
     else:  # SQLite's executemany loops in C, straight to the driver
         conn.exec_driver_sql(sql.insert_leaf, [(*leaf, sequenced_at) for leaf in leaves])
         if nodes:
             conn.exec_driver_sql(sql.insert_node, nodes)
-        conn.exec_driver_sql(sql.dequeue, dequeued)
+        if dequeued:
+            conn.exec_driver_sql(sql.dequeue, dequeued)
     created_at = bound(log_checkpoints.c.created_at, now, conn)
     checkpoints = []
     for org_id, frontier in frontiers.items():
@@ -201,8 +206,11 @@ _EDGES = (
 )
 
 _SQLITE = _Statements(
-    # log_pending's key is this order: the head of its index, no receipt read.
-    pending="SELECT execution_id, org_id, leaf_hash, decided_at_ms FROM log_pending"
+    # log_pending's key is this order: the head of its index, no receipt read. With the log
+    # in a file of its own, receipts placed stay queued until ``dequeue_placed``: each is
+    # passed over with one search of log_leaves' unique index on execution_id.
+    pending="SELECT execution_id, org_id, leaf_hash, decided_at_ms FROM log_pending AS p"
+    " WHERE NOT EXISTS (SELECT 1 FROM log_leaves AS l WHERE l.execution_id = p.execution_id)"
     " ORDER BY decided_at_ms, execution_id LIMIT ?",
     receipts="SELECT execution_id, receipt FROM executions"
     " WHERE execution_id IN (SELECT value FROM json_each(?))",
@@ -219,6 +227,9 @@ _SQLITE = _Statements(
 _POSTGRESQL = in_format_style(
     _SQLITE,
     lock="SELECT pg_advisory_xact_lock(%s)",
+    # Dequeued in the transaction that places them: whatever is queued is unplaced.
+    pending="SELECT execution_id, org_id, leaf_hash, decided_at_ms FROM log_pending"
+    " ORDER BY decided_at_ms, execution_id LIMIT %s",
     receipts="SELECT execution_id, receipt FROM executions WHERE execution_id = ANY(%s::varchar[])",
     # The arrays in binary (%b): in text, psycopg would quote each element in Python.
     insert_leaf="INSERT INTO log_leaves (org_id, log_index, execution_id, leaf_hash, sequenced_at)"
@@ -297,15 +308,54 @@ def _log_span(org_id: str, start: int, end: int) -> list[ColumnElement[bool]]:
     ]
 
 
+def dequeue_placed(conn: Connection) -> int:
+    """Delete from ``log_pending`` every receipt that has its leaf (in the caller's
+    transaction). Only placed receipts go: one crash after the other leaves them
+    queued, and they are passed over and deleted next time."""
+    deleted = conn.exec_driver_sql(_DEQUEUE_PLACED)
+    return int(deleted.rowcount)
+
+
+_DEQUEUE_PLACED = (
+    "DELETE FROM log_pending WHERE EXISTS"
+    " (SELECT 1 FROM log_leaves AS l WHERE l.execution_id = log_pending.execution_id)"
+)
+
+
+_AHEAD_OF_RECEIPTS = (
+    "SELECT o.org_id FROM orgs AS o JOIN log_leaves AS l ON l.org_id = o.org_id"
+    " AND l.log_index = (SELECT max(log_index) FROM log_leaves AS m WHERE m.org_id = o.org_id)"
+    " WHERE NOT EXISTS (SELECT 1 FROM executions AS e WHERE e.execution_id = l.execution_id)"
+)
+
+
 class LogStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._writer_lock = WriterLock.for_engine(engine)
 
     # --- sequencing ------------------------------------------------------------
-    def sequence_batch(self, *, limit: int, now: datetime, sign: CheckpointSigner) -> list[int]:
-        """``sequence_pending`` in a transaction of its own (PostgreSQL's sequencer thread)."""
+    def sequence_batch(
+        self, *, limit: int, now: datetime, sign: CheckpointSigner, dequeue: bool = True
+    ) -> list[int]:
+        """``sequence_pending`` in a transaction of its own (the sequencer's thread or
+        process: PostgreSQL, or SQLite with the log apart)."""
         with self.engine.begin() as conn:
-            return sequence_pending(conn, limit=limit, now=now, sign=sign)
+            return sequence_pending(conn, limit=limit, now=now, sign=sign, dequeue=dequeue)
+
+    def dequeue_placed(self) -> int:
+        """Clear the receipts already placed off ``log_pending`` (SQLite, log apart);
+        how many. Its own transaction on the receipts' file, with the receipt writer's
+        lock: one short write a second instead of one per pass."""
+        with self._writer_lock.held(), self.engine.begin() as conn:
+            return dequeue_placed(conn)
+
+    def logs_ahead_of_receipts(self) -> list[str]:
+        """The orgs whose log ends in a receipt the database does not hold: the log's file
+        is newer than the receipts' (SQLite, one restored without the other). One index
+        search per org: the last leaf, then its receipt."""
+        with self.engine.connect() as conn:
+            return list(conn.exec_driver_sql(_AHEAD_OF_RECEIPTS).scalars())
 
     # --- reads -----------------------------------------------------------------
     def latest_checkpoint(self, org_id: str) -> StoredCheckpoint | None:
