@@ -39,10 +39,7 @@ def database(tmp_path: Path) -> Path:
 
 
 def backup(database: Path, directory: Path) -> tuple[int, str]:
-    env = clean_env(
-        EXECAUTH_DATABASE_URL=f"sqlite:///{database}",
-        EXECAUTH_SECRET_KEY="test-secret-" + "s" * 32,
-    )
+    env = clean_env(EXECAUTH_DATABASE_URL=f"sqlite:///{database}")  # no secret needed
     done = run_cli(env, database.parent, "db", "backup", str(directory))
     return done.returncode, done.stderr
 
@@ -114,3 +111,15 @@ def test_a_database_restored_without_the_log_file_of_its_backup_is_refused(
     shutil.copy(database.with_name("execauth.merkle.db"), tmp_path / "backup")
     with pytest.raises(SystemExit, match=rf"is newer than the database: the logs of {ORGS[0]}"):
         prepare(serving(tmp_path / "backup" / "execauth.db"))
+
+
+def test_the_backup_needs_no_secret_and_creates_none(database: Path, tmp_path: Path) -> None:
+    assert backup(database, tmp_path / "backup")[0] == 0
+    assert not (database.parent / "execauth-secret.key").exists()
+
+
+def test_a_backup_of_a_database_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    code, output = backup(tmp_path / "nowhere.db", tmp_path / "backup")
+    assert code == 2
+    assert "no database at" in output
+    assert not (tmp_path / "nowhere.db").exists()

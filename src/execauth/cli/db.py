@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from sqlalchemy.engine import make_url
 
 from execauth.config import Settings
 from execauth.serving.runtime import open_stores
-from execauth.store.database import back_up_sqlite
+from execauth.store.database import back_up_sqlite, make_engine, normalize_url
 
 app = typer.Typer(help="Database schema management and backups.", no_args_is_help=True)
 
@@ -32,8 +33,13 @@ def backup(
     log file, in the order a restore needs (docs/operations.md, "Backup and restore").
     PostgreSQL: use pg_dump."""
     settings = Settings()
-    _, engine = open_stores(settings, migrate=False)
     console = Console(stderr=True)
+    database = make_url(normalize_url(settings.database_url)).database
+    if database and not database.startswith("file:") and not Path(database).exists():
+        console.print(f"no database at {database} (EXECAUTH_DATABASE_URL)")
+        raise typer.Exit(2)
+    # The engine alone: a backup needs neither the secret key nor a migration.
+    engine = make_engine(settings.database_url)
     try:
         written = back_up_sqlite(engine, directory)
     except ValueError:
