@@ -48,9 +48,9 @@ def test_the_migrated_tables_columns_and_indexes_are_the_declared_ones(engine: E
         assert compare_metadata(MigrationContext.configure(conn, opts=options), declared) == []
 
 
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # their own file: SQLite's
 def test_on_sqlite_the_logs_are_in_their_own_file_and_not_in_the_receipts(engine: Engine) -> None:
-    if not log_apart(engine):
-        pytest.skip("the logs have a file of their own on SQLite only")
+    assert log_apart(engine)
     logs = {log_leaves.name, log_nodes.name, log_checkpoints.name}
     assert logs <= set(inspect(engine).get_table_names(schema=LOG_SCHEMA))
     assert logs.isdisjoint(inspect(engine).get_table_names())
