@@ -24,6 +24,7 @@ from execauth.store.database import (
     begin_writing,
     log_apart,
     log_file_of,
+    logs_in_place,
     make_engine,
     migrate,
     upgrade,
@@ -243,3 +244,11 @@ def test_the_downgrade_moves_the_logs_back(at_0013: Engine, path: Path) -> None:
     assert {t.name for t in LOG_TABLES} <= tables_in(path, "main")
     assert {t.name for t in LOG_TABLES}.isdisjoint(tables_in(path, "log"))
     assert logs_of(at_0013) == before
+
+
+def test_a_service_will_not_serve_a_move_left_half_done(at_0013: Engine, path: Path) -> None:
+    upgrade(at_0013)
+    # As an interrupted downgrade leaves it: the logs copied back, not yet dropped here.
+    with at_0013.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE main.log_nodes (org_id VARCHAR(64))")
+    assert not logs_in_place(at_0013)

@@ -175,7 +175,10 @@ def _check_log_file(engine: Engine) -> None:
     log_file = log_file_of(engine.url.database)
     restore = ' restore both files of one backup (docs/operations.md, "Backup and restore")'
     if not logs_in_place(engine):
-        raise SystemExit(f"execauth: {log_file} does not hold the Merkle logs;{restore}")
+        raise SystemExit(
+            f"execauth: {log_file} does not hold the Merkle logs, or not alone (an interrupted"
+            f" migration: run it again);{restore}"
+        )
     ahead = LogStore(engine).logs_ahead_of_receipts()
     if ahead:
         raise SystemExit(

@@ -191,14 +191,19 @@ class WriterLock:
 
 
 def logs_in_place(engine: Engine) -> bool:
-    """Whether the log's file holds the logs (SQLite, log apart): false when it was lost,
-    or a database file was restored without it (docs/operations.md, "Backup and restore")."""
+    """Whether the log's file holds the logs, and only it (SQLite, log apart): false when
+    it was lost, when a database file was restored without it (docs/operations.md,
+    "Backup and restore"), or when a move between the files (migration 0014, up or
+    down) was interrupted and both hold a copy, of which queries would read the main
+    file's."""
+    counts = {}
     with engine.connect() as conn:
-        found = conn.exec_driver_sql(
-            f"SELECT count(*) FROM {LOG_SCHEMA}.sqlite_master WHERE type = 'table'"  # noqa: S608
-            " AND name IN ('log_leaves', 'log_nodes', 'log_checkpoints')"
-        ).scalar_one()
-    return int(found) == 3
+        for schema in ("main", LOG_SCHEMA):
+            counts[schema] = conn.exec_driver_sql(
+                f"SELECT count(*) FROM {schema}.sqlite_master WHERE type = 'table'"  # noqa: S608
+                " AND name IN ('log_leaves', 'log_nodes', 'log_checkpoints')"
+            ).scalar_one()
+    return counts == {"main": 0, LOG_SCHEMA: 3}
 
 
 def back_up_sqlite(engine: Engine, directory: Path) -> list[Path]:
