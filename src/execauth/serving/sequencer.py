@@ -79,8 +79,7 @@ class Sequencer:
         many receipts were added."""
         total = self._place_pending()
         if self._log_apart:
-            self._store.dequeue_placed()
-            self._last_dequeue = time.monotonic()
+            self._dequeue()
         return total
 
     def _place_pending(self) -> int:
@@ -102,8 +101,11 @@ class Sequencer:
         second (log apart), where ``run_once`` clears it every time."""
         self._place_pending()
         if self._log_apart and time.monotonic() - self._last_dequeue >= DEQUEUE_INTERVAL_SECONDS:
-            self._store.dequeue_placed()
-            self._last_dequeue = time.monotonic()
+            self._dequeue()
+
+    def _dequeue(self) -> None:
+        self._store.dequeue_placed()
+        self._last_dequeue = time.monotonic()
 
     def _timed(self, seconds: float) -> None:
         """One sequencing transaction took ``seconds``, its commit included."""

@@ -35,21 +35,22 @@ LOG_TABLES = ("log_leaves", "log_nodes", "log_checkpoints")
 
 
 def upgrade() -> None:
-    if not _log_file_attached():
-        return
-    with op.get_context().autocommit_block():
-        _copy(op.get_bind(), source="main", target="log")
-    for table in LOG_TABLES:
-        op.execute(f"DROP TABLE main.{table}")
+    _move(source="main", target="log")
 
 
 def downgrade() -> None:
+    _move(source="log", target="main")
+
+
+def _move(*, source: str, target: str) -> None:
+    """The log tables from ``source`` to ``target``: copied (committed on its own), then
+    dropped from ``source`` with the revision."""
     if not _log_file_attached():
         return
     with op.get_context().autocommit_block():
-        _copy(op.get_bind(), source="log", target="main")
+        _copy(op.get_bind(), source=source, target=target)
     for table in LOG_TABLES:
-        op.execute(f"DROP TABLE log.{table}")
+        op.execute(f"DROP TABLE {source}.{table}")
 
 
 def _log_file_attached() -> bool:
