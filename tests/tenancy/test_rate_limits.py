@@ -25,6 +25,22 @@ pytestmark = pytest.mark.anyio
 three_a_minute = pytest.mark.parametrize("plans", [small_plans(per_minute=3)], ids=["3/min"])
 
 
+@pytest.fixture
+def mid_minute(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hold the app's in-memory rate window 30 s into a minute.
+
+    On the real clock, requests that straddle a minute boundary are counted by the
+    sliding window as the previous minute's weighted share, which lets one more
+    through than a test of "the fourth is refused" expects.
+    """
+    app = client._transport.app  # type: ignore[attr-defined]
+    service = app.state.service
+    pinned = OrgRateLimiter(
+        None, timeout_seconds=1, prefix="t", clock=lambda: 29_000_000 * 60 + 30.0
+    )
+    monkeypatch.setattr(service, "rate_limiter", pinned)
+
+
 async def execute(client: httpx.AsyncClient, tenant: Tenant, body: object) -> httpx.Response:
     return await client.post("/v1/execute", json=body, headers=tenant.auth)
 
@@ -57,6 +73,7 @@ async def test_remaining_counts_down_by_one_per_request(
 
 
 @three_a_minute
+@pytest.mark.usefixtures("mid_minute")
 async def test_request_over_the_per_minute_limit_is_429_rate_limited(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:
@@ -71,6 +88,7 @@ async def test_request_over_the_per_minute_limit_is_429_rate_limited(
 
 
 @three_a_minute
+@pytest.mark.usefixtures("mid_minute")
 async def test_rate_limited_requests_are_not_evaluated_or_counted(
     client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
 ) -> None:
@@ -80,6 +98,7 @@ async def test_rate_limited_requests_are_not_evaluated_or_counted(
 
 
 @three_a_minute
+@pytest.mark.usefixtures("mid_minute")
 async def test_each_organization_has_its_own_limit(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:

@@ -109,7 +109,13 @@ class LocalWindows:
 
 class OrgRateLimiter:
     def __init__(
-        self, redis_url: str | None, *, timeout_seconds: float, prefix: str, processes: int = 1
+        self,
+        redis_url: str | None,
+        *,
+        timeout_seconds: float,
+        prefix: str,
+        processes: int = 1,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         # Our own pool, so that shutdown can close its sockets and so that a dead
         # Redis costs a bounded connect, not the client's default wait.
@@ -128,7 +134,9 @@ class OrgRateLimiter:
         self._items: dict[int, RateLimitItemPerMinute] = {}
         # Processes that each keep their own in-memory window for the same orgs.
         self._share = processes if redis_url is None else 1
-        self._local = LocalWindows() if redis_url is None else None
+        # The clock drives the in-memory window only: Redis's windows are shared
+        # with other instances, which read their own clocks.
+        self._local = LocalWindows(clock) if redis_url is None else None
 
     async def hit(self, org_id: str, per_minute: int) -> RateLimitState:
         """Count one request; raise ``RateLimited`` when the org is over its limit."""
