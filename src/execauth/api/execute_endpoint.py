@@ -95,7 +95,7 @@ class ExecuteEndpoint:
             raise
         finally:
             elapsed = time.perf_counter() - started
-            self._metrics.execute_responses.labels(str(status)).inc()
+            self._metrics.count_execute_response(status)
             self._metrics.execute_seconds.observe(elapsed)
             self._decision_log.record(state, answer, error, elapsed)  # one line per request
         body = answer.body

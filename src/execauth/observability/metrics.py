@@ -120,6 +120,8 @@ class Metrics:
         # prometheus-client's label validation and locking. Only unfolded labels are
         # kept, so the cache is bounded by the budgets like the series are.
         self._decision_children: dict[tuple[str, str, str], _Child] = {}
+        # status → its child, likewise (statuses are a handful of integers).
+        self._response_children: dict[int, _Child] = {}
         self._writer_queue: Callable[[], int] | None = None
         self.decisions = Counter(
             "execauth_decisions",
@@ -239,6 +241,12 @@ class Metrics:
         child = self._decision_children.get((org_id, surface, decision))
         if child is None:
             child = self._decision_child(org_id, surface, decision)
+        child.inc()
+
+    def count_execute_response(self, status: int) -> None:
+        child = self._response_children.get(status)
+        if child is None:
+            child = self._response_children[status] = self.execute_responses.labels(str(status))
         child.inc()
 
     def _decision_child(self, org_id: str, surface: str, decision: str) -> _Child:
