@@ -26,19 +26,25 @@ three_a_minute = pytest.mark.parametrize("plans", [small_plans(per_minute=3)], i
 
 
 @pytest.fixture
-def mid_minute(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hold the app's in-memory rate window 30 s into a minute.
+def mid_minute(
+    client: httpx.AsyncClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hold the app's in-memory rate window still, 30 s into a minute.
 
     On the real clock, requests that straddle a minute boundary are counted by the
     sliding window as the previous minute's weighted share, which lets one more
     through than a test of "the fourth is refused" expects.
     """
+    assert settings.redis_url is None  # only the in-memory window reads this clock
     app = client._transport.app  # type: ignore[attr-defined]
-    service = app.state.service
     pinned = OrgRateLimiter(
-        None, timeout_seconds=1, prefix="t", clock=lambda: 29_000_000 * 60 + 30.0
+        None,
+        timeout_seconds=settings.rate_limit_timeout_seconds,
+        prefix="execauth",
+        processes=settings.workers or 1,
+        clock=lambda: 30.0,  # the epoch's first minute, half-way through
     )
-    monkeypatch.setattr(service, "rate_limiter", pinned)
+    monkeypatch.setattr(app.state.service, "rate_limiter", pinned)
 
 
 async def execute(client: httpx.AsyncClient, tenant: Tenant, body: object) -> httpx.Response:
