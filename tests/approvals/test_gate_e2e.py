@@ -125,9 +125,19 @@ def start_gate(
          "--context", f"run={run_id}", "--receipt-file", str(receipt_file),
          "--timeout", "60", *flags, "--", sys.executable, "-c", script],
         env=clean_env(**service.requester), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, preexec_fn=_ctrl_c_as_in_a_terminal,
     )  # fmt: skip
     return Gate(process, run_id, marker, receipt_file)
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """Give the gate SIGINT's default action, as a shell gives a command it runs.
+
+    A test run started in the background (``cmd &`` in a script, ``nohup``) has SIGINT
+    ignored, every child inherits that, and a Python started so never turns Ctrl-C into
+    ``KeyboardInterrupt``: the Ctrl-C test would then measure how it was launched.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def pending_approval(service: Service, gate: Gate) -> str:
