@@ -16,6 +16,7 @@ from execauth.errors import RateLimited, ServiceUnavailable
 from execauth.serving.runtime import Runtime
 from execauth.tenancy.orgs import new_org_id
 from execauth.tenancy.rate_limits import LocalWindows, OrgRateLimiter
+from execauth.usecases.execute import rate_limiter_for
 from tests.conftest import ADMIN, REDIS_URL, Tenant, make_tenant, small_plans
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
@@ -37,13 +38,8 @@ def mid_minute(
     """
     assert settings.redis_url is None  # only the in-memory window reads this clock
     app = client._transport.app  # type: ignore[attr-defined]
-    pinned = OrgRateLimiter(
-        None,
-        timeout_seconds=settings.rate_limit_timeout_seconds,
-        prefix="execauth",
-        processes=settings.workers or 1,
-        clock=lambda: 30.0,  # the epoch's first minute, half-way through
-    )
+    # The epoch's first minute, half-way through.
+    pinned = rate_limiter_for(settings, clock=lambda: 30.0)
     monkeypatch.setattr(app.state.service, "rate_limiter", pinned)
 
 

@@ -196,7 +196,7 @@ def logs_in_place(engine: Engine) -> bool:
     "Backup and restore"), or when a move between the files (migration 0014, up or
     down) was interrupted and both hold a copy, of which queries would read the main
     file's."""
-    counts = {}
+    counts: dict[str, int] = {}
     with engine.connect() as conn:
         for schema in ("main", LOG_SCHEMA):
             counts[schema] = conn.exec_driver_sql(

@@ -18,6 +18,7 @@ import anyio.to_thread
 import msgspec
 
 from execauth.approvals import State, Terms, Vote
+from execauth.config import Settings
 from execauth.errors import (
     Forbidden,
     IdempotencyConflict,
@@ -188,6 +189,18 @@ class PolicyCache:
         return compiled
 
 
+def rate_limiter_for(settings: Settings, clock: Callable[[], float] = time.time) -> OrgRateLimiter:
+    """The per-organization rate limiter ``settings`` describe: Redis if configured, else
+    this process's share of each limit in memory, its window read from ``clock``."""
+    return OrgRateLimiter(
+        settings.redis_url,
+        timeout_seconds=settings.rate_limit_timeout_seconds,
+        prefix="execauth",
+        processes=settings.workers or 1,
+        clock=clock,
+    )
+
+
 class ExecutionService:
     def __init__(
         self,
@@ -201,12 +214,7 @@ class ExecutionService:
         ttl = runtime.settings.refresh_interval_seconds
         self.credentials = CredentialCache(runtime, ttl, shared_generation)
         self.policies = PolicyCache(runtime.control, ttl, shared_generation)
-        self.rate_limiter = OrgRateLimiter(
-            runtime.settings.redis_url,
-            timeout_seconds=runtime.settings.rate_limit_timeout_seconds,
-            prefix="execauth",
-            processes=runtime.settings.workers or 1,
-        )
+        self.rate_limiter = rate_limiter_for(runtime.settings)
         self.approvals = ApprovalStore(runtime.engine)
         self.recent = RecentDecisions()
 
