@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cel
 import pytest
 
 from execauth.policy.cel_syntax import parse
@@ -82,3 +83,35 @@ def test_parse_and_compile(benchmark: Any, rules: int) -> None:
     setup = getattr(parse, "cache_clear", None)
     result = benchmark.pedantic(publish, setup=setup, rounds=rounds, iterations=1, warmup_rounds=1)
     assert len(result.blocks[0].rules) == rules
+
+
+def _integers_in_place_of_strings(value: Any) -> Any:
+    """``value`` with every string, map keys included, replaced by an integer."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return {
+            index: _integers_in_place_of_strings(item) for index, item in enumerate(value.values())
+        }
+    if isinstance(value, list):
+        return [_integers_in_place_of_strings(item) for item in value]
+    return value
+
+
+@pytest.mark.parametrize("values", ["request", "integers in place of strings"])
+def test_cel_conversion(benchmark: Any, values: str, body: dict[str, Any]) -> None:
+    """``cel.Context`` over the variables the 100-rule block reads, the largest part of
+    ``evaluate`` (docs/performance.md, "The conversion round"). Beside the request, a copy
+    of the same shape in integers: the ``cel`` package tries a bool, then an integer, and a
+    string only after eight other types, so the difference of the two is what those tries
+    cost."""
+    block, request = block_and_request(100, body)
+    variables = {
+        name: value for name, value in request.items() if name not in block.unused_variables
+    }
+    if values != "request":
+        variables = {
+            name: _integers_in_place_of_strings(value) for name, value in variables.items()
+        }
+    context = benchmark(cel.Context, variables)
+    assert context.variables == variables
