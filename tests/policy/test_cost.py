@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import replace
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from execauth.policy.cost import (
     _measure_iteratively,
     analyse,
     measure_input,
+    size_bound,
 )
 from execauth.policy.decision import Decision, Outcome, PolicyRef, Reason
 from execauth.policy.document import parse_policy_document
@@ -281,6 +283,39 @@ def test_counted_repetition_multiplies_a_group() -> None:
 @given(python_values)
 def test_measuring_recursively_is_measuring_iteratively(value: Any) -> None:
     assert measure_input(value) == _measure_iteratively(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(python_values)
+def test_the_size_bound_is_never_below_the_measures(value: Any) -> None:
+    bound = size_bound(value)
+    if bound is not None:
+        size = measure_input(value)
+        assert max(size.total, size.chars) <= bound
+
+
+def test_the_size_bound_is_the_json_form_s_length() -> None:
+    request = {"context": {"branch": "main"}, "payload": {"xs": [1, 2, 3], "s": "é" * 40}}
+    form = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+    assert size_bound(request) == len(form)
+
+
+def test_values_without_a_json_form_have_no_size_bound() -> None:
+    assert size_bound({"a": "\ud800"}) is None  # a lone surrogate
+    assert size_bound({"a": MappingProxyType({})}) is None  # not a type msgspec writes
+
+
+def test_a_request_whose_json_form_is_over_the_free_size_is_measured_and_runs() -> None:
+    """Long numbers make a JSON form longer than the size the rule is free up to, while
+    the measures stay within it: the request is measured, and the rule runs."""
+    block = _block("payload.xs.all(a, payload.xs.all(b, a + b >= 0))")
+    pad = [10**15] * int(block.free_up_to // 8)
+    request = {"surface": "a.b", "action": None, "actor": None, "context": {},
+               "payload": {"xs": list(range(10)), "pad": pad}}  # fmt: skip
+    size, bound = measure_input({**request, "org": ORG}), size_bound({**request, "org": ORG})
+    assert bound is not None
+    assert max(size.total, size.chars) <= block.free_up_to < bound
+    assert evaluate(block, request, now=NOW, org=ORG).outcome is Outcome.DENY
 
 
 def test_measuring_the_input_is_iterative() -> None:

@@ -35,6 +35,7 @@ from execauth.policy.cost import (
     analyse,
     measure_input,
     publish_problems,
+    size_bound,
 )
 from execauth.policy.decision import (
     DEFAULT_PERMIT_TTL_SECONDS,
@@ -353,7 +354,8 @@ def evaluate(
     """Decide one normalized request (``ExecuteRequest.evaluation_input()``) under ``block``.
 
     ``trace(...).decision``, without recording the steps. A request small enough that no
-    rule's cost bound can exceed the limit (``CompiledBlock.free_up_to``) runs the rules
+    rule's cost bound can exceed the limit (``CompiledBlock.free_up_to``; its JSON form's
+    length, ``cost.size_bound``, says so for most requests without measuring) runs the rules
     directly, less those its values certainly make false (``policy.rule_index``: each is
     false without an error, so skipping it changes nothing); any other is handed to
     ``trace``'s loop, which checks each rule's bound and runs every rule.
@@ -365,9 +367,12 @@ def evaluate(
     if isinstance(activation, str):
         return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, activation)
     if block.free_up_to != math.inf:
-        size = measure_input({**request, "org": org})
-        if max(size.total, size.chars) > block.free_up_to:
-            return _run_rules(block, (), activation, size).decision
+        measured = {**request, "org": org}
+        bound = size_bound(measured)  # most requests need no measuring (policy.cost)
+        if bound is None or bound > block.free_up_to:
+            size = measure_input(measured)
+            if max(size.total, size.chars) > block.free_up_to:
+                return _run_rules(block, (), activation, size).decision
     rules = block.rules
     if block.index.paths and (excluded := block.index.excluded(request, org)):
         rules = block.index.runnable(excluded)
