@@ -294,7 +294,7 @@ def test_the_size_bound_is_never_below_the_measures(value: Any) -> None:
         assert max(size.total, size.chars) <= bound
 
 
-def test_the_size_bound_is_the_json_form_s_length() -> None:
+def test_the_size_bound_is_the_length_of_the_json_form() -> None:
     request = {"context": {"branch": "main"}, "payload": {"xs": [1, 2, 3], "s": "é" * 40}}
     form = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
     assert size_bound(request) == len(form)

@@ -150,9 +150,9 @@ _ENCODE_JSON = msgspec.json.Encoder().encode
 
 
 def size_bound(value: Any) -> int | None:
-    """At most ``max(total, chars)`` of ``measure_input(value)``: the length of ``value``'s
-    JSON form (msgspec, in C, about a sixth of the measure's time); None when msgspec
-    writes none (a lone surrogate, a type it does not know, a value nested too deep).
+    """An upper bound on ``max(total, chars)`` of ``measure_input(value)``: the length of
+    ``value``'s JSON form (msgspec, in C, about a sixth of the measure's time); None when
+    msgspec writes none (a lone surrogate, a type it does not know, a value nested too deep).
 
     No JSON form is shorter than its value's weight or its longest string. A string or
     a key takes its characters (one byte or more each in UTF-8) and two quotes; bytes
