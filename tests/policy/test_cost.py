@@ -312,7 +312,8 @@ def test_a_request_whose_json_form_is_over_the_free_size_is_measured_and_runs() 
     pad = [10**15] * int(block.free_up_to // 8)
     request = {"surface": "a.b", "action": None, "actor": None, "context": {},
                "payload": {"xs": list(range(10)), "pad": pad}}  # fmt: skip
-    size, bound = measure_input({**request, "org": ORG}), size_bound({**request, "org": ORG})
+    measured = {**request, "org": ORG}  # what evaluate measures
+    size, bound = measure_input(measured), size_bound(measured)
     assert bound is not None
     assert max(size.total, size.chars) <= block.free_up_to < bound
     assert evaluate(block, request, now=NOW, org=ORG).outcome is Outcome.DENY
