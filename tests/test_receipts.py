@@ -107,11 +107,23 @@ def _independently_verifies(receipt: dict[str, Any], public_key: Ed25519PublicKe
 
 
 def test_receipt_id_is_service_rcpt_and_16_lowercase_hex() -> None:
-    assert re.fullmatch(r"service_rcpt_[0-9a-f]{16}", new_receipt_id())
+    assert re.fullmatch(r"service_rcpt_[0-9a-f]{16}", new_receipt_id(NOW))
 
 
-def test_receipt_ids_are_random() -> None:
-    assert len({new_receipt_id() for _ in range(100)}) == 100
+def test_a_receipt_id_begins_with_the_millisecond_of_its_decision() -> None:
+    value = int(new_receipt_id(NOW).removeprefix("service_rcpt_"), 16)
+    assert value >> 22 == int(NOW.timestamp() * 1000)
+
+
+def test_receipt_ids_of_later_milliseconds_sort_after_earlier_ones() -> None:
+    ids = [new_receipt_id(NOW + timedelta(milliseconds=n)) for n in range(50)]
+    assert sorted(ids) == ids
+
+
+def test_receipt_ids_of_one_millisecond_differ_in_their_random_bits() -> None:
+    # 22 random bits: two of 20 draws meet with odds of about 1 in 22,000, two such
+    # meetings about 1 in 10^9; fewer than 19 distinct ids means the bits are not drawn.
+    assert len({new_receipt_id(NOW) for _ in range(20)}) >= 19
 
 
 def test_execution_id_is_service_exec_and_a_ulid_of_the_decision_time() -> None:

@@ -168,6 +168,16 @@ class SigningUnavailable(ServiceUnavailable):
     """No active signing key could be loaded: we refuse to answer unsigned."""
 
 
+class ReceiptIdTaken(ServiceUnavailable):
+    """Another stored receipt has the id this one was signed with; nothing was stored.
+
+    Receipt ids follow time and leave 22 bits to chance (``receipts.new_receipt_id``),
+    so two receipts of one millisecond can draw the same id. The execute use case signs
+    such a receipt again under a new id; only if that keeps failing does a client see
+    this, as the 503 it is.
+    """
+
+
 class PolicyInvalid(InvalidRequest):
     """A policy document was refused at publish time; ``problems`` says where and why."""
 

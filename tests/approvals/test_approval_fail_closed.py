@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import httpx
+import msgspec
 import pytest
 from sqlalchemy import func, select
 
@@ -17,6 +18,7 @@ from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import approval_votes, executions
 from execauth.usecases.execute import ExecutionService
 from tests.approvals.conftest import Clock, Org, escalate
+from tests.usecases.test_execute_without_http import TakenFirst, verdict
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +57,25 @@ async def test_a_repeat_after_the_deadline_answers_the_expiry_deny(
     again = await escalate(client, org, key="k-1")
     assert again["decision"] == "DENY"
     assert again["approval_id"] == first["approval_id"]
+
+
+async def test_an_outcome_whose_receipt_id_is_taken_is_signed_under_a_new_one(
+    client: httpx.AsyncClient, org: Org, runtime: Runtime, clock: Clock
+) -> None:
+    escalation = await escalate(client, org)
+    taken = escalation["receipt_id"]
+    ids = TakenFirst(taken, times=1)
+    service = ExecutionService(runtime, clock=clock, receipt_ids=ids)
+    ballot = Ballot(org.ids[0], "admin", "approve", None, "")
+
+    approval = service.approvals.vote(
+        org.tenant.org_id, escalation["approval_id"], ballot, clock(), service.issue_outcome
+    )
+    service.rate_limiter.close()
+
+    assert approval.state == "approved"
+    assert approval.outcome_receipt is not None
+    outcome = msgspec.json.decode(approval.outcome_receipt)
+    assert (outcome["decision"], ids.draws) == ("PERMIT", 2)
+    assert outcome["receipt_id"] != taken
+    assert verdict(runtime, outcome).reason == "valid"

@@ -450,7 +450,7 @@ def signed_permit(
     """A PERMIT for ``PERMIT_BODY`` with a 10-minute ttl, issued at ``issued``."""
     request = parse_execute_request({**PERMIT_BODY, "idempotency_key": idempotency_key}, None)
     unsigned = build_receipt(
-        receipt_id=new_receipt_id(),
+        receipt_id=new_receipt_id(issued),
         execution_id=new_execution_id(issued),
         request=request,
         decision=Decision(Outcome.PERMIT, "main-only", None, None, 600),

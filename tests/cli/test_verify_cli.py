@@ -39,7 +39,7 @@ def make_receipt(
         single_use=single_use,
     )
     unsigned = build_receipt(
-        receipt_id=new_receipt_id(),
+        receipt_id=new_receipt_id(now),
         execution_id=new_execution_id(now),
         request=request,
         decision=decision,

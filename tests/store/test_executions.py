@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import Connection, Engine, event, func, select
 from sqlalchemy.exc import IntegrityError
 
+from execauth.errors import ReceiptIdTaken, ServiceUnavailable
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store import execution_writes as store
 from execauth.store.control import ControlStore
@@ -466,3 +467,45 @@ def test_the_writer_counts_the_repeats_it_finds(engine: Engine) -> None:
     assert answers == [None, prior_of(first), prior_of(first), prior_of(first)]
     [repeats] = ExecutionStore(engine).lineage(ORG, first.execution_id)
     assert repeats.details["repeats"] == 2  # the conflicting request is not a repeat
+
+
+# --- receipt ids that meet (receipts.new_receipt_id: 22 random bits a millisecond) -------
+def write_after(engine: Engine, first: ExecutionRecord, *records: ExecutionRecord) -> list[Any]:
+    """What the writer answers to ``records``, sent together once ``first`` is stored."""
+
+    async def send() -> list[Any]:
+        writer = ReceiptWriter(engine, timeout_seconds=10.0)
+        writer.start()
+        try:
+            assert await writer.write(first) is None
+            return await asyncio.gather(*(writer.write(r) for r in records), return_exceptions=True)
+        finally:
+            writer.stop()
+
+    return asyncio.run(send())
+
+
+def test_a_receipt_id_another_receipt_holds_is_refused_as_taken_and_not_stored(
+    engine: Engine,
+) -> None:
+    first, neighbour = record(), record()
+    clash = dataclasses.replace(record(), receipt_id=first.receipt_id)
+
+    answers = write_after(engine, first, clash, neighbour)
+
+    assert isinstance(answers[0], ReceiptIdTaken)
+    assert answers[1] is None  # its batch's other record is stored all the same
+    assert stored_ids(engine) == {first.execution_id, neighbour.execution_id}
+
+
+def test_a_record_refused_for_another_unique_column_is_unavailable_not_taken(
+    engine: Engine,
+) -> None:
+    first = record()
+    same_execution = dataclasses.replace(record(), execution_id=first.execution_id)
+
+    [answer] = write_after(engine, first, same_execution)
+
+    assert isinstance(answer, ServiceUnavailable)
+    assert not isinstance(answer, ReceiptIdTaken)
+    assert stored_ids(engine) == {first.execution_id}

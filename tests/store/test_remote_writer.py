@@ -9,6 +9,7 @@ time) the client gets 503 and no receipt; what it acknowledges is stored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ import pytest
 
 from execauth.api.app import create_app
 from execauth.config import PlanSettings
+from execauth.errors import ReceiptIdTaken
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.serving.remote_writer import (
     MAX_FRAME,
@@ -159,6 +161,19 @@ async def test_the_quota_is_enforced_through_the_writer_process(
     assert refused.json()["error"] == "SERVICE_PLAN_LIMIT_EXCEEDED"
     assert "Retry-After" in refused.headers
     assert runtime.executions.count(tenant.org_id) == 3
+
+
+async def test_a_receipt_id_another_receipt_holds_comes_back_as_taken(
+    client: httpx.AsyncClient, tenant: Tenant, runtime: Runtime
+) -> None:
+    first = record(org_id=tenant.org_id)
+    clash = dataclasses.replace(record(org_id=tenant.org_id), receipt_id=first.receipt_id)
+    assert isinstance(runtime.writer, RemoteReceiptWriter)
+
+    assert await runtime.writer.write(first) is None
+    with pytest.raises(ReceiptIdTaken):  # the use case signs it again (usecases/execute.py)
+        await runtime.writer.write(clash)
+    assert runtime.executions.count(tenant.org_id) == 1
 
 
 async def test_no_writer_process_is_503_and_not_ready(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -23,6 +25,8 @@ from execauth.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
+from execauth.keyring import key_list_document
+from execauth.receipts import RECEIPT_ID_DRAWS, new_receipt_id
 from execauth.request import ExecuteRequest, parse_execute_request
 from execauth.serving.runtime import Runtime, bootstrap
 from execauth.serving.write_path import ReceiptSink
@@ -33,7 +37,8 @@ from execauth.tenancy.api_keys import generate_secret, hash_secret
 from execauth.tenancy.audit import PLATFORM_ADMIN
 from execauth.tenancy.quota import QuotaCheck
 from execauth.usecases.control_plane import ControlPlane
-from execauth.usecases.execute import ExecutionService, Principal
+from execauth.usecases.execute import ExecuteResult, ExecutionService, Principal
+from execauth.verify import Verdict, parse_key_list, verify_receipt
 from tests.conftest import DEPLOY_POLICY, Database, small_plans
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
@@ -137,6 +142,70 @@ async def test_an_exhausted_quota_raises_quota_exceeded_and_stores_nothing(
 
     assert len(before) == FREE_EXECUTES
     assert stored(runtime, org_id) == before
+
+
+# --- receipt ids that meet (receipts.new_receipt_id: 22 random bits a millisecond) -------
+class TakenFirst:
+    """Receipt ids: ``taken`` for the first ``times`` draws, then newly drawn ones."""
+
+    def __init__(self, taken: str, times: int) -> None:
+        self.taken, self.times, self.draws = taken, times, 0
+
+    def __call__(self, now: datetime) -> str:
+        self.draws += 1
+        return self.taken if self.draws <= self.times else new_receipt_id(now)
+
+
+async def execute_drawing(
+    runtime: Runtime, caller: Caller, ids: TakenFirst, request: ExecuteRequest
+) -> ExecuteResult:
+    service = ExecutionService(runtime, receipt_ids=ids)
+    try:
+        return await service.execute(caller.principal, request)
+    finally:
+        service.rate_limiter.close()
+
+
+def verdict(runtime: Runtime, receipt: dict[str, Any]) -> Verdict:
+    """The offline verifier's verdict on ``receipt``, as of its own timestamp."""
+    keys, issuer = parse_key_list(
+        key_list_document(runtime.keyring.records, runtime.settings.issuer)
+    )
+    issued = datetime.fromisoformat(receipt["timestamp"])
+    return verify_receipt(receipt, keys, now=issued, issuer=issuer)
+
+
+async def test_a_decision_whose_receipt_id_is_taken_is_signed_again_under_a_new_one(
+    caller: Caller, runtime: Runtime
+) -> None:
+    first = await caller.service.execute(caller.principal, staging_deploy())
+    taken = msgspec.json.decode(first.receipt)["receipt_id"]
+    ids = TakenFirst(taken, times=1)
+
+    result = await execute_drawing(runtime, caller, ids, staging_deploy("deploy-9"))
+
+    receipt = msgspec.json.decode(result.receipt)
+    assert (result.decision, ids.draws) == ("PERMIT", 2)
+    assert receipt["receipt_id"] != taken
+    assert verdict(runtime, receipt).reason == "valid"
+    assert stored(runtime, caller.principal.org.org_id) == {
+        taken: first.receipt,
+        receipt["receipt_id"]: result.receipt,
+    }
+
+
+async def test_no_receipt_is_returned_when_every_receipt_id_drawn_is_taken(
+    caller: Caller, runtime: Runtime
+) -> None:
+    first = await caller.service.execute(caller.principal, staging_deploy())
+    taken = msgspec.json.decode(first.receipt)["receipt_id"]
+    ids = TakenFirst(taken, times=RECEIPT_ID_DRAWS)
+
+    with pytest.raises(ServiceUnavailable):  # a 503 to the client, never a PERMIT
+        await execute_drawing(runtime, caller, ids, staging_deploy("deploy-10"))
+
+    assert ids.draws == RECEIPT_ID_DRAWS
+    assert stored(runtime, caller.principal.org.org_id) == {taken: first.receipt}
 
 
 # --- repeats answered from memory (usecases/recent_decisions.py) -----------------------

@@ -20,7 +20,9 @@ from execauth.usecases.execute import ExecutionService
 
 MAX_ACTOR_CHARS = 256
 MAX_NOTE_CHARS = 1000
-# The receipt ids this service issues: "service_rcpt_" and 26 base32 characters.
+# The receipt ids this service issues are "service_rcpt_" and 16 hex characters (29 in
+# all); a longer path segment names no receipt and is answered without a lookup. 64 is
+# the column's width.
 MAX_RECEIPT_ID_CHARS = 64
 
 

@@ -35,13 +35,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from execauth.errors import ServiceUnavailable
+from execauth.errors import ReceiptIdTaken, ServiceUnavailable
 from execauth.store.database import WriterLock, begin_writing
 from execauth.store.execution_writes import (
     QuotaExhausted,
     WriteOutcome,
     insert_batch,
     insert_execution,
+    receipt_id_taken,
 )
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat, count_repeats
 from execauth.tenancy.quota import QuotaCheck
@@ -228,8 +229,13 @@ class ReceiptWriter:
                 self._commit(batch, reconnected=True)
                 return
             if len(batch) == 1:
-                log.exception("receipt write failed")
-                failed = ServiceUnavailable("the receipt could not be stored")
+                failed: ServiceUnavailable
+                if receipt_id_taken(exc):
+                    # Not a failure of the store: the gateway signs it again (errors.py).
+                    failed = ReceiptIdTaken("another receipt has this receipt id")
+                else:
+                    log.exception("receipt write failed")
+                    failed = ServiceUnavailable("the receipt could not be stored")
                 _settle([(batch[0], None, failed)], self._loop)
                 return
             for pending in batch:

@@ -32,7 +32,7 @@ from typing import Literal
 
 import msgspec
 
-from execauth.errors import QuotaExceeded, ServiceUnavailable
+from execauth.errors import QuotaExceeded, ReceiptIdTaken, ServiceUnavailable
 from execauth.serving.receipt_writer import Settle, expire_unconfirmed
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.tenancy.quota import QuotaCheck
@@ -57,7 +57,7 @@ class CountRepeat(msgspec.Struct, array_like=True, frozen=True, tag=True):
 
 class WriteReply(msgspec.Struct, array_like=True, frozen=True):
     id: int
-    outcome: Literal["stored", "repeat", "quota", "unavailable"]
+    outcome: Literal["stored", "repeat", "quota", "receipt_id_taken", "unavailable"]
     prior: PriorExecution | None = None
     detail: str = ""
 
@@ -247,6 +247,8 @@ def _reply(
         return WriteReply(request_id, "repeat", prior)
     if isinstance(error, QuotaExceeded):
         return WriteReply(request_id, "quota")
+    if isinstance(error, ReceiptIdTaken):  # before its base class, ServiceUnavailable
+        return WriteReply(request_id, "receipt_id_taken", detail=error.message)
     if isinstance(error, ServiceUnavailable):
         return WriteReply(request_id, "unavailable", detail=error.message)
     log.error("writing a receipt failed", exc_info=error)
@@ -293,6 +295,8 @@ class RemoteReceiptWriter:
             return reply.prior
         if reply.outcome == "quota" and quota is not None:
             raise quota.exceeded(datetime.fromtimestamp(record.decided_at_ms / 1000, UTC))
+        if reply.outcome == "receipt_id_taken":
+            raise ReceiptIdTaken(reply.detail)
         raise ServiceUnavailable(reply.detail or "the receipt could not be stored")
 
     async def count_repeat(self, repeat: Repeat) -> None:

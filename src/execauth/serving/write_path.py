@@ -41,7 +41,8 @@ class ReceiptSink(Protocol):
     """Commit a record durably; answer only once it is (docs/architecture.md).
 
     ``write`` returns ``None`` for a new record, the prior execution when the
-    idempotency key was taken, and raises ``QuotaExceeded`` (nothing stored) or
+    idempotency key was taken, and raises ``QuotaExceeded`` (nothing stored),
+    ``ReceiptIdTaken`` (nothing stored: another receipt has its id) or
     ``ServiceUnavailable`` (not confirmed in time, or not stored): never an answer for a
     record that is not durable.
     """

@@ -33,10 +33,10 @@ from ulid import ULID
 
 from execauth.approvals import FINAL_STATES, State, Terms, Vote, outcome, refusal
 from execauth.errors import ApprovalClosed, Forbidden, NotFound
-from execauth.receipts import approval_id_for, execution_id_for
+from execauth.receipts import RECEIPT_ID_DRAWS, approval_id_for, execution_id_for
 from execauth.store.audit import append_audit, append_lineage
 from execauth.store.database import WriterLock, begin_writing
-from execauth.store.execution_writes import insert_execution
+from execauth.store.execution_writes import insert_execution, receipt_id_is_free
 from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import approval_votes, approvals, executions
 from execauth.tenancy.audit import AuditEvent, key_actor
@@ -337,6 +337,12 @@ def _finish(
     conn: Connection, approval: Approval, state: State, now: datetime, issue: OutcomeIssuer
 ) -> Approval:
     record = issue(approval.escalation, state, approval.votes, now)
+    for _ in range(RECEIPT_ID_DRAWS - 1):
+        # Receipt ids can meet (receipts.new_receipt_id): under the write lock, a look
+        # first costs less than a failed insert, which would abort the whole change.
+        if receipt_id_is_free(conn, record.receipt_id):
+            break
+        record = issue(approval.escalation, state, approval.votes, now)
     stored = insert_execution(conn, record, None)  # no quota: the request counted once
     assert stored is None  # no idempotency key, so never a repeat
     conn.execute(

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import IntegrityError
 
 from execauth.store.database import as_columns, execute_on_sqlite, in_format_style
 from execauth.store.executions import ExecutionRecord, PriorExecution, prior_execution
@@ -73,6 +74,28 @@ def _insert_new_key(
     prior = prior_execution(conn, record.org_id, record.idempotency_key)
     assert prior is not None  # the conflict proves the row exists
     return prior
+
+
+# The unique index that keeps receipt ids unique (migrations/versions/0001_initial_schema.py).
+RECEIPT_ID_UNIQUE = "uq_executions_receipt_id"
+
+
+def receipt_id_taken(error: BaseException) -> bool:
+    """Whether ``error`` is the database refusing a receipt id another receipt holds
+    (``errors.ReceiptIdTaken``: the receipt is signed again under a new id)."""
+    if not isinstance(error, IntegrityError):
+        return False
+    diagnostics = getattr(error.orig, "diag", None)  # psycopg names the constraint
+    if diagnostics is not None:
+        return bool(diagnostics.constraint_name == RECEIPT_ID_UNIQUE)
+    # sqlite3 names the column: "UNIQUE constraint failed: executions.receipt_id".
+    return str(error.orig).endswith(f"{executions.name}.receipt_id")
+
+
+def receipt_id_is_free(conn: Connection, receipt_id: str) -> bool:
+    """No stored receipt has ``receipt_id``, as the caller's transaction sees it."""
+    taken = select(executions.c.receipt_id).where(executions.c.receipt_id == receipt_id)
+    return conn.execute(taken).first() is None
 
 
 def insert_batch(

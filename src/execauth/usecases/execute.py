@@ -24,15 +24,17 @@ from execauth.errors import (
     IdempotencyConflict,
     InternalError,
     PolicyInvalid,
+    ReceiptIdTaken,
     SurfaceNotFound,
     Unauthorized,
 )
 from execauth.ledger.merkle import leaf_hash
 from execauth.observability import tracing
-from execauth.policy.decision import Outcome, PolicyRef
+from execauth.policy.decision import Decision, Outcome, PolicyRef
 from execauth.policy.document import parse_policy_document
 from execauth.policy.engine import CompiledPolicy, PolicySet, compile_policy, evaluate
 from execauth.receipts import (
+    RECEIPT_ID_DRAWS,
     approval_id_for,
     build_outcome_receipt,
     build_receipt,
@@ -55,6 +57,7 @@ from execauth.usecases.recent_decisions import RecentDecisions
 from execauth.wire_time import format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
+ReceiptIds = Callable[[datetime], str]
 _MAX_CACHED_CREDENTIALS = 10_000
 LAST_USED_RESOLUTION_SECONDS = 60.0
 
@@ -208,9 +211,11 @@ class ExecutionService:
         *,
         clock: Clock = utc_now,
         shared_generation: SharedGeneration | None = None,
+        receipt_ids: ReceiptIds = new_receipt_id,
     ) -> None:
         self.runtime = runtime
         self.clock = clock
+        self.receipt_ids = receipt_ids
         ttl = runtime.settings.refresh_interval_seconds
         self.credentials = CredentialCache(runtime, ttl, shared_generation)
         self.policies = PolicyCache(runtime.control, ttl, shared_generation)
@@ -290,22 +295,6 @@ class ExecutionService:
             evaluation_input = request.evaluation_input()
             org_facts = org.facts()
             decision = evaluate(block, evaluation_input, now=now, org=org_facts)
-        with tracing.step("sign"):
-            signer = self.runtime.keyring.signer(now)
-            unsigned = build_receipt(
-                receipt_id=new_receipt_id(),
-                execution_id=new_execution_id(now),
-                request=request,
-                decision=decision,
-                policy=policy.ref,
-                org_id=org.org_id,
-                issuer=self.runtime.settings.issuer,
-                now=now,
-                key_id=signer.key_id,
-            )
-            receipt, payload = sign_receipt(unsigned, signer)
-            body = msgspec.json.encode(receipt)
-        tracing.annotate(receipt_id=receipt["receipt_id"], execution_id=receipt["execution_id"])
         stored_input: dict[str, object] = {
             "request": evaluation_input,
             "org": org_facts,
@@ -316,26 +305,20 @@ class ExecutionService:
             # The approval's terms, kept with the execution (docs/approvals.md).
             stored_input["approval"] = {"requester_key_id": key.key_id,
                                         **decision.escalation.as_json()}  # fmt: skip
-        record = ExecutionRecord(
-            execution_id=receipt["execution_id"],
-            receipt_id=receipt["receipt_id"],
-            org_id=org.org_id,
-            idempotency_key=request.idempotency_key,
-            request_digest=receipt["request_digest"],
-            surface=request.surface,
-            actor=request.actor,
-            decision=decision.outcome.value,
-            policy_id=policy.ref.policy_id,
-            policy_version=policy.ref.version,
-            rule_id=decision.rule_id,
-            reason=decision.reason,
-            decided_at_ms=int(now.timestamp() * 1000),
-            evaluation_input=msgspec.json.encode(stored_input).decode(),
-            receipt=body,
-            leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
-        )
-        with tracing.step("commit"):  # the wait until the receipt is durable
-            prior = await self.runtime.writer.write(record, quota_for(plan, now))
+        execution_id = new_execution_id(now)
+        for draw in range(1, RECEIPT_ID_DRAWS + 1):
+            record = self._signed_record(
+                request, decision, policy.ref, org.org_id, execution_id, now, stored_input
+            )
+            try:
+                with tracing.step("commit"):  # the wait until the receipt is durable
+                    prior = await self.runtime.writer.write(record, quota_for(plan, now))
+                break
+            except ReceiptIdTaken:
+                # Nothing was stored: the same decision, signed again under a new receipt id.
+                if draw == RECEIPT_ID_DRAWS:
+                    raise
+        body = record.receipt
         if prior is not None:
             if committed is not None:
                 committed(prior)
@@ -344,6 +327,51 @@ class ExecutionService:
         if committed is not None:
             committed(record.as_prior())
         return ExecuteResult(body, decision.outcome.value, repeated=False)
+
+    def _signed_record(
+        self,
+        request: ExecuteRequest,
+        decision: Decision,
+        policy: PolicyRef,
+        org_id: str,
+        execution_id: str,
+        now: datetime,
+        stored_input: dict[str, object],
+    ) -> ExecutionRecord:
+        """The decision's receipt, signed under a newly drawn receipt id, as the record to store."""
+        with tracing.step("sign"):
+            signer = self.runtime.keyring.signer(now)
+            unsigned = build_receipt(
+                receipt_id=self.receipt_ids(now),
+                execution_id=execution_id,
+                request=request,
+                decision=decision,
+                policy=policy,
+                org_id=org_id,
+                issuer=self.runtime.settings.issuer,
+                now=now,
+                key_id=signer.key_id,
+            )
+            receipt, payload = sign_receipt(unsigned, signer)
+        tracing.annotate(receipt_id=receipt["receipt_id"], execution_id=execution_id)
+        return ExecutionRecord(
+            execution_id=execution_id,
+            receipt_id=receipt["receipt_id"],
+            org_id=org_id,
+            idempotency_key=request.idempotency_key,
+            request_digest=receipt["request_digest"],
+            surface=request.surface,
+            actor=request.actor,
+            decision=decision.outcome.value,
+            policy_id=policy.policy_id,
+            policy_version=policy.version,
+            rule_id=decision.rule_id,
+            reason=decision.reason,
+            decided_at_ms=int(now.timestamp() * 1000),
+            evaluation_input=msgspec.json.encode(stored_input).decode(),
+            receipt=msgspec.json.encode(receipt),
+            leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
+        )
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
         """A repeat whose surface no longer has a policy still gets its original receipt."""
@@ -399,7 +427,7 @@ class ExecutionService:
         )
         unsigned = build_outcome_receipt(
             escalation,
-            receipt_id=new_receipt_id(),
+            receipt_id=self.receipt_ids(now),
             execution_id=new_execution_id(now),
             outcome=state,
             approvers=approvers,
