@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from execauth.approvals import State, Vote
-from execauth.errors import SigningUnavailable
+from execauth.errors import ServiceUnavailable, SigningUnavailable
+from execauth.receipts import RECEIPT_ID_DRAWS
 from execauth.serving.runtime import Runtime
 from execauth.store.approvals import Ballot
 from execauth.store.executions import ExecutionRecord
@@ -79,3 +80,27 @@ async def test_an_outcome_whose_receipt_id_is_taken_is_signed_under_a_new_one(
     assert (outcome["decision"], ids.draws) == ("PERMIT", 2)
     assert outcome["receipt_id"] != taken
     assert verdict(runtime, outcome).reason == "valid"
+
+
+async def test_an_outcome_whose_every_receipt_id_drawn_is_taken_leaves_the_vote_uncounted(
+    client: httpx.AsyncClient, org: Org, runtime: Runtime, clock: Clock
+) -> None:
+    escalation = await escalate(client, org)
+    ids = TakenFirst(escalation["receipt_id"], times=RECEIPT_ID_DRAWS)
+    service = ExecutionService(runtime, clock=clock, receipt_ids=ids)
+    ballot = Ballot(org.ids[0], "admin", "approve", None, "")
+
+    with pytest.raises(ServiceUnavailable):  # ReceiptIdTaken: a 503, never a PERMIT
+        service.approvals.vote(
+            org.tenant.org_id, escalation["approval_id"], ballot, clock(), service.issue_outcome
+        )
+    service.rate_limiter.close()
+
+    assert ids.draws == RECEIPT_ID_DRAWS
+    with runtime.engine.connect() as conn:
+        votes = conn.execute(select(func.count()).select_from(approval_votes)).scalar_one()
+    assert votes == 0
+    shown = await client.get(
+        f"/operator/approvals/{escalation['approval_id']}", headers=org.auditor
+    )
+    assert shown.json()["state"] == "pending"

@@ -29,14 +29,19 @@ from typing import Any
 import msgspec
 from sqlalchemy import Connection, Engine, and_, exists, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from ulid import ULID
 
 from execauth.approvals import FINAL_STATES, State, Terms, Vote, outcome, refusal
-from execauth.errors import ApprovalClosed, Forbidden, NotFound
+from execauth.errors import ApprovalClosed, Forbidden, NotFound, ReceiptIdTaken
 from execauth.receipts import RECEIPT_ID_DRAWS, approval_id_for, execution_id_for
 from execauth.store.audit import append_audit, append_lineage
 from execauth.store.database import WriterLock, begin_writing
-from execauth.store.execution_writes import insert_execution, receipt_id_is_free
+from execauth.store.execution_writes import (
+    insert_execution,
+    receipt_id_is_free,
+    receipt_id_taken,
+)
 from execauth.store.executions import ExecutionRecord
 from execauth.store.tables import approval_votes, approvals, executions
 from execauth.tenancy.audit import AuditEvent, key_actor
@@ -343,7 +348,14 @@ def _finish(
         if receipt_id_is_free(conn, record.receipt_id):
             break
         record = issue(approval.escalation, state, approval.votes, now)
-    stored = insert_execution(conn, record, None)  # no quota: the request counted once
+    try:
+        stored = insert_execution(conn, record, None)  # no quota: the request counted once
+    except IntegrityError as exc:
+        # Every draw taken, or (PostgreSQL) another instance stored the id since the look:
+        # the change rolls back, vote included, and the caller gets a 503 to retry.
+        if receipt_id_taken(exc):
+            raise ReceiptIdTaken("another receipt has this receipt id") from exc
+        raise
     assert stored is None  # no idempotency key, so never a repeat
     conn.execute(
         update(approvals)
