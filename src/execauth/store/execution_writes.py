@@ -88,8 +88,8 @@ def receipt_id_taken(error: BaseException) -> bool:
     diagnostics = getattr(error.orig, "diag", None)  # psycopg names the constraint
     if diagnostics is not None:
         return bool(diagnostics.constraint_name == RECEIPT_ID_UNIQUE)
-    # sqlite3 names the column: "UNIQUE constraint failed: executions.receipt_id".
-    return str(error.orig).endswith(f"{executions.name}.receipt_id")
+    # sqlite3 names the column instead.
+    return str(error.orig) == f"UNIQUE constraint failed: {executions.name}.receipt_id"
 
 
 def receipt_id_is_free(conn: Connection, receipt_id: str) -> bool:
