@@ -8,7 +8,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,8 +49,17 @@ def in_format_style(statements: _Statements, **changes: str) -> _Statements:
 def bound(column: Column[Any], value: Any, conn: Connection) -> Any:
     """``value`` as SQLAlchemy would bind it to ``column`` (e.g. a UTC datetime: naive ones
     refused, stored naive on SQLite), for statements handed to the driver as text."""
+    return binder(column, conn)(value)
+
+
+def binder(column: Column[Any], conn: Connection) -> Callable[[Any], Any]:
+    """``bound`` for many values of one column: the processor looked up once."""
     process = column.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    return value if process is None else process(value)
+    return _unchanged if process is None else process
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 def as_columns(rows: Sequence[tuple[Any, ...]]) -> tuple[list[Any], ...]:
