@@ -147,6 +147,7 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
 
 
 _REPEAT_COLUMNS = ("execution_id", "org_id", "repeats", "first_repeated_at", "last_repeated_at")
+# A batch committed late may hold earlier repeats: the times only widen (min, max).
 _SQLITE_COUNT_REPEATS = (
     "INSERT INTO execution_repeats"
     " (execution_id, org_id, repeats, first_repeated_at, last_repeated_at)"
