@@ -60,15 +60,21 @@ def new_receipt_id(now: datetime) -> str:
     unique because the database refuses a second one: the rare receipt whose id is
     taken is signed again under a new one (``ReceiptIdTaken``, docs/decisions.md).
     """
-    millis = int(now.timestamp() * 1000) & ((1 << _RECEIPT_ID_TIME_BITS) - 1)
+    millis = _millis(now) & ((1 << _RECEIPT_ID_TIME_BITS) - 1)
     randomness = int.from_bytes(random_bytes(3)) >> (24 - _RECEIPT_ID_RANDOM_BITS)
     return f"{RECEIPT_ID_PREFIX}{millis << _RECEIPT_ID_RANDOM_BITS | randomness:016x}"
 
 
 def new_execution_id(now: datetime) -> str:
     """A ULID: 48 bits of milliseconds since the epoch, then 80 random bits."""
-    millis = int(now.timestamp() * 1000)
-    return EXECUTION_ID_PREFIX + str(ULID.from_bytes(millis.to_bytes(6, "big") + random_bytes(10)))
+    return EXECUTION_ID_PREFIX + str(
+        ULID.from_bytes(_millis(now).to_bytes(6, "big") + random_bytes(10))
+    )
+
+
+def _millis(now: datetime) -> int:
+    """Milliseconds since the Unix epoch: the time both identifiers begin with."""
+    return int(now.timestamp() * 1000)
 
 
 def approval_id_for(execution_id: str) -> str:

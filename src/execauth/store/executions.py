@@ -147,26 +147,31 @@ def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
 
 
 _REPEAT_COLUMNS = ("execution_id", "org_id", "repeats", "first_repeated_at", "last_repeated_at")
-# A batch committed late may hold earlier repeats: the times only widen (min, max).
-_SQLITE_COUNT_REPEATS = (
-    "INSERT INTO execution_repeats"
-    " (execution_id, org_id, repeats, first_repeated_at, last_repeated_at)"
-    " VALUES (?, ?, ?, ?, ?)"
-    " ON CONFLICT (execution_id) DO UPDATE SET"
-    " repeats = execution_repeats.repeats + excluded.repeats,"
-    " first_repeated_at = min(execution_repeats.first_repeated_at, excluded.first_repeated_at),"
-    " last_repeated_at = max(execution_repeats.last_repeated_at, excluded.last_repeated_at)"
-)
+
+
+def _count_repeats_sql(rows: str, earliest: str, latest: str) -> str:
+    """The upsert of the repeats' counts, from ``rows`` in ``_REPEAT_COLUMNS`` order (the
+    order ``count_repeats`` binds them in). A batch committed late may hold earlier
+    repeats: the times only widen (``earliest``, ``latest``: each dialect's min and max
+    of two values)."""
+    return (
+        f"INSERT INTO execution_repeats ({', '.join(_REPEAT_COLUMNS)}) {rows}"
+        " ON CONFLICT (execution_id) DO UPDATE SET"
+        " repeats = execution_repeats.repeats + excluded.repeats,"
+        f" first_repeated_at = {earliest}(execution_repeats.first_repeated_at,"
+        " excluded.first_repeated_at),"
+        f" last_repeated_at = {latest}(execution_repeats.last_repeated_at,"
+        " excluded.last_repeated_at)"
+    )
+
+
+_SQLITE_COUNT_REPEATS = _count_repeats_sql("VALUES (?, ?, ?, ?, ?)", "min", "max")
 # The arrays in binary (%b), as the writer's other statements on PostgreSQL.
-_POSTGRESQL_COUNT_REPEATS = (
-    "INSERT INTO execution_repeats"
-    " (execution_id, org_id, repeats, first_repeated_at, last_repeated_at)"
-    " SELECT * FROM unnest(%b::varchar[], %b::varchar[], %b::bigint[],"
-    " %b::timestamptz[], %b::timestamptz[])"
-    " ON CONFLICT (execution_id) DO UPDATE SET"
-    " repeats = execution_repeats.repeats + excluded.repeats,"
-    " first_repeated_at = least(execution_repeats.first_repeated_at, excluded.first_repeated_at),"
-    " last_repeated_at = greatest(execution_repeats.last_repeated_at, excluded.last_repeated_at)"
+_POSTGRESQL_COUNT_REPEATS = _count_repeats_sql(
+    "SELECT * FROM unnest(%b::varchar[], %b::varchar[], %b::bigint[],"
+    " %b::timestamptz[], %b::timestamptz[])",
+    "least",
+    "greatest",
 )
 
 
