@@ -21,7 +21,7 @@ from execauth.random_pool import random_bytes
 from execauth.receipt_format import SIGNATURE_PREFIX as SIGNATURE_PREFIX  # re-exported
 from execauth.receipt_format import UNSIGNED_FIELDS as UNSIGNED_FIELDS  # re-exported
 from execauth.request import ExecuteRequest
-from execauth.wire_time import format_timestamp
+from execauth.wire_time import epoch_millis, format_timestamp
 
 RECEIPT_ID_PREFIX = "service_rcpt_"
 EXECUTION_ID_PREFIX = "service_exec_"
@@ -60,7 +60,7 @@ def new_receipt_id(now: datetime) -> str:
     unique because the database refuses a second one: the rare receipt whose id is
     taken is signed again under a new one (``ReceiptIdTaken``, docs/decisions.md).
     """
-    millis = _millis(now) & ((1 << _RECEIPT_ID_TIME_BITS) - 1)
+    millis = epoch_millis(now) & ((1 << _RECEIPT_ID_TIME_BITS) - 1)
     randomness = int.from_bytes(random_bytes(3)) >> (24 - _RECEIPT_ID_RANDOM_BITS)
     return f"{RECEIPT_ID_PREFIX}{millis << _RECEIPT_ID_RANDOM_BITS | randomness:016x}"
 
@@ -68,13 +68,8 @@ def new_receipt_id(now: datetime) -> str:
 def new_execution_id(now: datetime) -> str:
     """A ULID: 48 bits of milliseconds since the epoch, then 80 random bits."""
     return EXECUTION_ID_PREFIX + str(
-        ULID.from_bytes(_millis(now).to_bytes(6, "big") + random_bytes(10))
+        ULID.from_bytes(epoch_millis(now).to_bytes(6, "big") + random_bytes(10))
     )
-
-
-def _millis(now: datetime) -> int:
-    """Milliseconds since the Unix epoch: the time both identifiers begin with."""
-    return int(now.timestamp() * 1000)
 
 
 def approval_id_for(execution_id: str) -> str:

@@ -5,6 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def epoch_millis(moment: datetime) -> int:
+    """Milliseconds since the Unix epoch: how the store keeps a decision's time
+    (``decided_at_ms``), and what receipt and execution ids begin with."""
+    return int(moment.timestamp() * 1000)
+
+
 def truncate_to_millis(moment: datetime) -> datetime:
     """Drop sub-millisecond precision so the wire form and the policy's ``now`` agree exactly."""
     moment = moment.astimezone(UTC)

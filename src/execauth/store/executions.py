@@ -27,7 +27,7 @@ from execauth.store.tables import (
     usage_counters,
 )
 from execauth.tenancy.usage import UsageRow
-from execauth.wire_time import format_timestamp
+from execauth.wire_time import epoch_millis, format_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +229,8 @@ class ExecutionStore:
         )
         query = (
             select(executions.c.org_id, executions.c.surface, executions.c.decision, func.count())
-            .where(executions.c.decided_at_ms >= _ms(start), executions.c.decided_at_ms < _ms(end))
+            .where(executions.c.decided_at_ms >= epoch_millis(start))
+            .where(executions.c.decided_at_ms < epoch_millis(end))
             .where(executions.c.execution_id.not_in(outcomes))
             .group_by(executions.c.org_id, executions.c.surface, executions.c.decision)
         )
@@ -252,9 +253,9 @@ class ExecutionStore:
         if filters.actor is not None:
             query = query.where(executions.c.actor == filters.actor)
         if filters.since is not None:
-            query = query.where(executions.c.decided_at_ms >= _ms(filters.since))
+            query = query.where(executions.c.decided_at_ms >= epoch_millis(filters.since))
         if filters.until is not None:
-            query = query.where(executions.c.decided_at_ms < _ms(filters.until))
+            query = query.where(executions.c.decided_at_ms < epoch_millis(filters.until))
         if filters.before is not None:
             at_ms, execution_id = filters.before
             query = query.where(
@@ -343,10 +344,6 @@ class LineageEvent:
     kind: str  # "idempotent_repeat" (one, with the count), "replay", ...
     occurred_at: datetime
     details: dict[str, Any]
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 def _record(row: Any) -> ExecutionRecord:

@@ -37,6 +37,7 @@ from execauth.ledger.merkle import (
 from execauth.receipts import signing_payload
 from execauth.store.database import WriterLock, as_columns, bound, in_format_style
 from execauth.store.tables import executions, log_checkpoints, log_leaves, log_nodes
+from execauth.wire_time import epoch_millis
 
 SEQUENCER_LOCK = 0x65786563617574  # "execaut": one advisory-lock id for every instance
 
@@ -293,9 +294,9 @@ def _decided_in(
 ) -> list[ColumnElement[bool]]:
     where = [executions.c.org_id == org_id]
     if since is not None:
-        where.append(executions.c.decided_at_ms >= int(since.timestamp() * 1000))
+        where.append(executions.c.decided_at_ms >= epoch_millis(since))
     if until is not None:
-        where.append(executions.c.decided_at_ms < int(until.timestamp() * 1000))
+        where.append(executions.c.decided_at_ms < epoch_millis(until))
     return where
 
 

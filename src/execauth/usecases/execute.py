@@ -54,7 +54,7 @@ from execauth.tenancy.quota import quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.ttl_cache import TtlCache
 from execauth.usecases.recent_decisions import RecentDecisions
-from execauth.wire_time import format_timestamp, truncate_to_millis
+from execauth.wire_time import epoch_millis, format_timestamp, truncate_to_millis
 
 Clock = Callable[[], datetime]
 ReceiptIds = Callable[[datetime], str]
@@ -306,13 +306,16 @@ class ExecutionService:
             stored_input["approval"] = {"requester_key_id": key.key_id,
                                         **decision.escalation.as_json()}  # fmt: skip
         execution_id = new_execution_id(now)
+        # The same for every draw of a receipt id.
+        stored_json = msgspec.json.encode(stored_input).decode()
+        quota = quota_for(plan, now)
         for draw in range(1, RECEIPT_ID_DRAWS + 1):
             record = self._signed_record(
-                request, decision, policy.ref, org.org_id, execution_id, now, stored_input
+                request, decision, policy.ref, org.org_id, execution_id, now, stored_json
             )
             try:
                 with tracing.step("commit"):  # the wait until the receipt is durable
-                    prior = await self.runtime.writer.write(record, quota_for(plan, now))
+                    prior = await self.runtime.writer.write(record, quota)
                 break
             except ReceiptIdTaken:
                 # Nothing was stored: the same decision, signed again under a new receipt id.
@@ -336,9 +339,10 @@ class ExecutionService:
         org_id: str,
         execution_id: str,
         now: datetime,
-        stored_input: dict[str, object],
+        evaluation_input: str,
     ) -> ExecutionRecord:
-        """The decision's receipt, signed under a newly drawn receipt id, as the record to store."""
+        """The decision's receipt, signed under a newly drawn receipt id, as the record to
+        store with ``evaluation_input`` (what a replay evaluates again, as JSON)."""
         with tracing.step("sign"):
             signer = self.runtime.keyring.signer(now)
             unsigned = build_receipt(
@@ -367,8 +371,8 @@ class ExecutionService:
             policy_version=policy.version,
             rule_id=decision.rule_id,
             reason=decision.reason,
-            decided_at_ms=int(now.timestamp() * 1000),
-            evaluation_input=msgspec.json.encode(stored_input).decode(),
+            decided_at_ms=epoch_millis(now),
+            evaluation_input=evaluation_input,
             receipt=msgspec.json.encode(receipt),
             leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
         )
@@ -449,7 +453,7 @@ class ExecutionService:
             policy_version=execution.policy_version,
             rule_id=execution.rule_id,
             reason=receipt.get("reasonCode"),
-            decided_at_ms=int(now.timestamp() * 1000),
+            decided_at_ms=epoch_millis(now),
             evaluation_input=execution.evaluation_input,
             receipt=msgspec.json.encode(receipt),
             leaf_hash=leaf_hash(payload),
