@@ -62,14 +62,24 @@ def server_secret(runtime: Runtime) -> ServerSecret:
 
 
 async def decide(client: httpx.AsyncClient, tenant: Tenant, count: int) -> list[str]:
-    """``count`` decisions, sequenced into the org's log; their receipt ids in log order."""
+    """``count`` decisions, sequenced into the org's log; their receipt ids in log order.
+
+    Log order is not always the order of issue: decisions of one millisecond are placed
+    in execution-id order, and a ULID's low bits are random. So each receipt's place is
+    read from its inclusion proof.
+    """
     receipts = []
     for _ in range(count):
         answer = await client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
         assert answer.status_code == 200, answer.text
         receipts.append(answer.json()["receipt_id"])
     sequence(client)
-    return receipts
+    places = {}
+    for receipt_id in receipts:
+        proof = await client.get(f"/v1/receipts/{receipt_id}/proof", headers=tenant.auth)
+        assert proof.status_code == 200, proof.text
+        places[receipt_id] = proof.json()["log_index"]
+    return sorted(receipts, key=places.__getitem__)
 
 
 def subscribe(
