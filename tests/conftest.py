@@ -208,3 +208,8 @@ def sequence(client: httpx.AsyncClient) -> int:
     assert isinstance(app, Starlette)
     done: int = app.state.sequencer.run_once()
     return done
+
+
+async def proof(client: httpx.AsyncClient, tenant: Tenant, receipt_id: str) -> httpx.Response:
+    """``GET /v1/receipts/{receipt_id}/proof`` as the tenant."""
+    return await client.get(f"/v1/receipts/{receipt_id}/proof", headers=tenant.auth)

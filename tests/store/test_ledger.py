@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from execauth.serving.runtime import Runtime
 from execauth.store.ledger import sequence_pending
 from execauth.store.tables import log_leaves
-from tests.conftest import Tenant, make_tenant, sequence
+from tests.conftest import Tenant, make_tenant, proof, sequence
 
 pytestmark = pytest.mark.anyio
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
@@ -103,10 +103,6 @@ async def receipts(client: httpx.AsyncClient, tenant: Tenant, count: int) -> lis
         assert response.status_code == 200
         out.append(response.json())
     return out
-
-
-async def proof(client: httpx.AsyncClient, tenant: Tenant, receipt_id: str) -> httpx.Response:
-    return await client.get(f"/v1/receipts/{receipt_id}/proof", headers=tenant.auth)
 
 
 def note_parts(note: str) -> tuple[str, int, bytes, list[str]]:

@@ -28,7 +28,7 @@ from execauth.streaming.events import (
     verify_webhook,
 )
 from execauth.tenancy.audit import AuditEvent
-from tests.conftest import Tenant, sequence
+from tests.conftest import Tenant, proof, sequence
 from tests.streaming.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.anyio
@@ -76,9 +76,9 @@ async def decide(client: httpx.AsyncClient, tenant: Tenant, count: int) -> list[
     sequence(client)
     places = {}
     for receipt_id in receipts:
-        proof = await client.get(f"/v1/receipts/{receipt_id}/proof", headers=tenant.auth)
-        assert proof.status_code == 200, proof.text
-        places[receipt_id] = proof.json()["log_index"]
+        answer = await proof(client, tenant, receipt_id)
+        assert answer.status_code == 200, answer.text
+        places[receipt_id] = answer.json()["log_index"]
     return sorted(receipts, key=places.__getitem__)
 
 

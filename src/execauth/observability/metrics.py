@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import (
@@ -48,6 +48,7 @@ from execauth.store.tables import (
 )
 from execauth.tenancy.orgs import Plan
 from execauth.tenancy.quota import month_period
+from execauth.wire_time import epoch_millis
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 # The label value of everything past a budget. Never a real value: organization ids
@@ -413,7 +414,7 @@ def _pending_approvals(now: datetime) -> Select[Any]:
     approval lifetime a policy may set can still be waiting: the window bounds the scan
     (the escalations index, by decision time) however long the service has run.
     """
-    window_start_ms = int((now.timestamp() - MAX_TTL_SECONDS) * 1000)
+    window_start_ms = epoch_millis(now - timedelta(seconds=MAX_TTL_SECONDS))
     return (
         select(executions.c.org_id, func.count(), func.min(executions.c.decided_at_ms))
         .select_from(
