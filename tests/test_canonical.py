@@ -10,7 +10,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from execauth.canonical import CanonicalizationError, canonical_json
+from execauth.canonical import CanonicalizationError, canonical_json, plain_canonical_json
 from execauth.receipts import UNSIGNED_FIELDS
 from tests.test_vectors import VECTORS, VectorCase
 
@@ -74,6 +74,25 @@ def test_canonical_json_matches_rfc8785_on_keys_and_strings_that_sort_or_escape_
 )
 def test_canonical_json_matches_rfc8785_at_number_boundaries(value: Any) -> None:
     _same_as_reference({"n": value})
+
+
+@settings(max_examples=500)
+@given(json_values | tricky_objects)
+def test_a_plain_value_has_the_bytes_rfc8785_gives(value: Any) -> None:
+    plain = plain_canonical_json(value)
+    if plain is not None:
+        assert plain == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.5, 2**53, -(2**53), "\ud800", {"\U00010000": 1}, {1: "x"}, (1, 2), [[1.0]]],
+    ids=repr,
+)
+def test_floats_larger_integers_lone_surrogates_and_odd_keys_or_containers_are_not_plain(
+    value: Any,
+) -> None:
+    assert plain_canonical_json(value) is None
 
 
 def test_keys_are_ordered_by_utf16_code_units_not_code_points() -> None:

@@ -182,6 +182,19 @@ def test_evaluation_input_is_what_the_digest_covers() -> None:
     assert _expected_digest(request.evaluation_input()) == request.digest
 
 
+def test_a_request_of_strings_integers_booleans_and_nulls_is_plain() -> None:
+    assert _parse({**CANONICAL, "payload": {"n": -(2**53 - 1), "ok": True, "x": None}}).plain
+
+
+@pytest.mark.parametrize(
+    "value", [1.5, ["a", 0.5], {"\U0001f600": 1}], ids=["float", "float-in-list", "astral-key"]
+)
+def test_a_request_holding_a_float_or_an_astral_key_is_not_plain(value: object) -> None:
+    request = _parse({**CANONICAL, "payload": {"v": value}})
+    assert not request.plain
+    assert request.digest == _expected_digest(request.evaluation_input())  # the slow path's
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

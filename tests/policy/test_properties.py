@@ -24,7 +24,7 @@ import cel
 from hypothesis import HealthCheck, assume, given, reject, settings
 from hypothesis import strategies as st
 
-from execauth.canonical import canonical_json
+from execauth.canonical import canonical_json, plain_canonical_json
 from execauth.errors import InvalidRequest
 from execauth.policy.cost import _measure_iteratively
 from execauth.policy.decision import Decision, Outcome, PolicyRef, Reason
@@ -395,6 +395,31 @@ def test_evaluate_decides_as_trace_and_as_before_on_values_cel_cannot_hold(
 def test_what_the_activation_leaves_out_certainly_converts(value: Any) -> None:
     if _converts(value):
         cel.Context({"x": value})  # does not raise
+
+
+@PROPERTIES
+@given(python_values)
+def test_a_plain_value_converts_to_cel_whole(value: Any) -> None:
+    # What lets a parsed request skip the walk (ExecuteRequest.plain, evaluate's
+    # request_converts): whatever is plain JSON, CEL holds.
+    if plain_canonical_json(value) is not None:
+        cel.Context({"x": value})  # does not raise
+
+
+bodies_with_odd_payloads = st.tuples(
+    request_bodies(VOCABULARY), st.dictionaries(st.text(max_size=3), python_values, max_size=3)
+).map(lambda drawn: {**drawn[0], "payload": drawn[1]})
+
+
+@PROPERTIES
+@given(policies(), request_bodies(VOCABULARY) | bodies_with_odd_payloads, nows, orgs)
+def test_a_parsed_request_decides_the_same_when_evaluate_is_told_it_converts(
+    policy: Policy, body: dict[str, Any], now: datetime, org: dict[str, str]
+) -> None:
+    request = _parsed(body)
+    normalized = request.evaluation_input()
+    told = evaluate(policy.block, normalized, now=now, org=org, request_converts=request.plain)
+    assert told == _decided_as_before(policy.block, normalized, now, org)
 
 
 def _with_long_list(request: dict[str, Any], length: int) -> dict[str, Any]:

@@ -200,7 +200,8 @@ def decide(
     if selected is None:
         return Outcome(UNGOVERNED), evaluation_input
     _, block = selected
-    return Outcome.of(evaluate(block, evaluation_input, now=now, org=org)), evaluation_input
+    decision = evaluate(block, evaluation_input, now=now, org=org, request_converts=request.plain)
+    return Outcome.of(decision), evaluation_input
 
 
 def run_case(policies: PolicySet, case: Case) -> CaseResult:

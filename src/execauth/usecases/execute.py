@@ -294,7 +294,9 @@ class ExecutionService:
             now = truncate_to_millis(self.clock())
             evaluation_input = request.evaluation_input()
             org_facts = org.facts()
-            decision = evaluate(block, evaluation_input, now=now, org=org_facts)
+            decision = evaluate(
+                block, evaluation_input, now=now, org=org_facts, request_converts=request.plain
+            )
         stored_input: dict[str, object] = {
             "request": evaluation_input,
             "org": org_facts,
