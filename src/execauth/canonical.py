@@ -51,11 +51,11 @@ def plain_canonical_json(value: Any) -> bytes | None:
     """The RFC 8785 bytes of ``value`` when it is plain JSON, else ``None``.
 
     Plain: strings of valid Unicode, integers within ±(2^53 − 1), booleans, null, and
-    lists and objects (string keys without characters above U+FFFF) of those; the
-    fast path above. What is not plain may still have a canonical form (floats have
-    one): ``canonical_json`` finds it. A caller that learns a value is plain also
-    knows more about it, for free: every value in it converts to CEL, for example
-    (``ExecuteRequest.plain``).
+    lists and objects (string keys without characters above U+FFFF) of those: the
+    fast path this module's docstring describes. What is not plain may still have a
+    canonical form (floats have one): ``canonical_json`` finds it. A caller that learns
+    a value is plain also knows more about it, for free: every value in it converts to
+    CEL, for example (``ExecuteRequest.plain``).
     """
     if _in_fast_subset(value):
         try:

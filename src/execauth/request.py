@@ -38,6 +38,7 @@ class ExecuteRequest:
     # Whether evaluation_input() is plain JSON (canonical.plain_canonical_json), learnt
     # while taking its digest; then every value in it converts to CEL, which policy
     # evaluation would otherwise walk the request to make sure of (policy.engine.evaluate).
+    # False unless the parser learnt it: the side on which the walk is still made.
     plain: bool = False
 
     def evaluation_input(self) -> dict[str, Any]:
