@@ -38,31 +38,27 @@ def canonical_json(value: Any) -> bytes:
     ``UnicodeEncodeError``; callers get one exception type for every input JCS
     cannot represent.
     """
-    plain = plain_canonical_json(value)
-    if plain is not None:
-        return plain
-    try:
-        return rfc8785.dumps(value)
-    except UnicodeError as exc:
-        raise CanonicalizationError(f"input is not valid Unicode: {exc}") from exc
+    return canonical_form(value)[0]
 
 
-def plain_canonical_json(value: Any) -> bytes | None:
-    """The RFC 8785 bytes of ``value`` when it is plain JSON, else ``None``.
+def canonical_form(value: Any) -> tuple[bytes, bool]:
+    """``canonical_json``'s bytes, and whether ``value`` is plain JSON.
 
     Plain: strings of valid Unicode, integers within ±(2^53 − 1), booleans, null, and
-    lists and objects (string keys without characters above U+FFFF) of those: the
-    fast path this module's docstring describes. What is not plain may still have a
-    canonical form (floats have one): ``canonical_json`` finds it. A caller that learns
-    a value is plain also knows more about it, for free: every value in it converts to
-    CEL, for example (``ExecuteRequest.plain``).
+    lists and objects (string keys without characters above U+FFFF) of those, the
+    values the fast path takes. A caller that learns a value is plain knows more about
+    it for free: every value in it converts to CEL, for example
+    (``ExecuteRequest.plain``).
     """
     if _in_fast_subset(value):
         try:
-            return msgspec.json.encode(value, order="sorted")
+            return msgspec.json.encode(value, order="sorted"), True
         except UnicodeEncodeError:
-            pass  # a lone surrogate: not plain (rfc8785 names the problem)
-    return None
+            pass  # a lone surrogate: let rfc8785 name the problem
+    try:
+        return rfc8785.dumps(value), False
+    except UnicodeError as exc:
+        raise CanonicalizationError(f"input is not valid Unicode: {exc}") from exc
 
 
 def _in_fast_subset(value: Any) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from execauth.canonical import CanonicalizationError, canonical_json, plain_canonical_json
+from execauth.canonical import CanonicalizationError, canonical_form, canonical_json
 from execauth.errors import InvalidRequest
 
 SURFACE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+\Z")
@@ -35,7 +35,7 @@ class ExecuteRequest:
     payload: dict[str, Any]
     idempotency_key: str | None
     digest: str  # sha256:<hex> of the RFC 8785 form of evaluation_input()
-    # Whether evaluation_input() is plain JSON (canonical.plain_canonical_json), learnt
+    # Whether evaluation_input() is plain JSON (canonical.canonical_form), learnt
     # while taking its digest; then every value in it converts to CEL, which policy
     # evaluation would otherwise walk the request to make sure of (policy.engine.evaluate).
     # False unless the parser learnt it: the side on which the walk is still made.
@@ -50,18 +50,6 @@ class ExecuteRequest:
             "context": self.context,
             "payload": self.payload,
         }
-
-
-def request_digest(normalized: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(normalized)).hexdigest()
-
-
-def _digest_and_plain(normalized: Mapping[str, Any]) -> tuple[str, bool]:
-    """``request_digest``, and whether the request was plain JSON: one walk for both."""
-    form = plain_canonical_json(normalized)
-    if form is None:
-        return request_digest(normalized), False
-    return "sha256:" + hashlib.sha256(form).hexdigest(), True
 
 
 def is_valid_surface(value: object) -> bool:
@@ -106,10 +94,11 @@ def parse_execute_request(body: object, idempotency_header: str | None) -> Execu
         "payload": payload,
     }
     try:
-        digest, plain = _digest_and_plain(normalized)
+        form, plain = canonical_form(normalized)
     except CanonicalizationError as exc:
         # A request we cannot canonicalize could not be signed or replayed exactly.
         raise InvalidRequest(f"request cannot be canonicalized (RFC 8785): {exc}") from exc
+    digest = "sha256:" + hashlib.sha256(form).hexdigest()
     return ExecuteRequest(surface, action, actor, context, payload, idempotency_key, digest, plain)
 
 
