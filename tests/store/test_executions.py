@@ -33,6 +33,8 @@ from execauth.store.execution_writes import (
     QuotaExhausted,
     insert_batch,
     insert_execution,
+    store_unmetered,
+    unmetered_batch,
 )
 from execauth.store.executions import (
     ExecutionRecord,
@@ -43,7 +45,7 @@ from execauth.store.executions import (
     executes_in_period,
     prior_execution,
 )
-from execauth.store.tables import execution_events, execution_repeats, executions
+from execauth.store.tables import execution_events, execution_repeats, executions, log_pending
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
 from execauth.tenancy.quota import QuotaCheck
@@ -301,6 +303,120 @@ def test_a_key_another_writer_stored_after_the_lookup_fails_the_whole_batch(
     assert counted(engine) == 1  # the failed batch's count was rolled back with it
     assert [single(engine, r, quota(100)) for r in ours] == [None, prior_of(theirs)]
     assert counted(engine) == 2
+
+
+# --- one statement a batch (PostgreSQL, quotas without a limit) ---------------------------
+def in_one_statement(engine: Engine, items: list[tuple[ExecutionRecord, QuotaCheck | None]]) -> Any:
+    with engine.connect() as conn:
+        return store_unmetered(conn.execution_options(isolation_level="AUTOCOMMIT"), items)
+
+
+def queued_ids(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(select(log_pending.c.execution_id)).scalars())
+
+
+def test_a_batch_is_for_one_statement_only_without_a_limit_or_a_key_twice() -> None:
+    assert unmetered_batch([(record("a"), quota(None)), (record("b"), None), (record(), None)])
+    assert not unmetered_batch([(record("a"), quota(None)), (record("b"), quota(100))])
+    assert not unmetered_batch([(record("a"), quota(None)), (record("a"), quota(None))])
+    assert unmetered_batch([(record("a"), quota(None)), (record("a", OTHER), quota(None))])
+
+
+@postgres_only
+def test_one_statement_stores_queues_and_counts_a_batch(engine: Engine) -> None:
+    assert batch(engine, [(record("warm"), quota(None))]) == [None]  # the counter row exists
+    statements: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    records = [record(f"new-{i}") for i in range(4)] + [record(org_id=OTHER)]
+    stored = in_one_statement(
+        engine, [(r, quota(None)) for r in records[:4]] + [(records[4], None)]
+    )
+    assert len(statements) == 1
+    assert stored == {r.execution_id for r in records}
+    assert queued_ids(engine) >= stored
+    assert counted(engine) == 5  # warm and the four; the record without a quota is not counted
+    assert counted(engine, OTHER) == 0
+
+
+@postgres_only
+def test_one_statement_leaves_a_taken_key_unstored_and_uncounted(engine: Engine) -> None:
+    first = record("taken")
+    assert batch(engine, [(first, quota(None))]) == [None]
+    again, fresh = record("taken"), record("fresh")
+    stored = in_one_statement(engine, [(again, quota(None)), (fresh, quota(None))])
+    assert stored == {fresh.execution_id}
+    assert again.execution_id not in stored_ids(engine) | queued_ids(engine)
+    assert counted(engine) == 2
+
+
+@postgres_only
+def test_one_statement_stores_nothing_while_a_counter_row_is_missing(engine: Engine) -> None:
+    # A period's first execute: insert_batch's exact path creates the row.
+    ours = record("first-of-the-month")
+    assert in_one_statement(engine, [(ours, quota(None))]) is None
+    assert ours.execution_id not in stored_ids(engine) | queued_ids(engine)
+    assert counted(engine) == 0
+
+
+@postgres_only
+def test_one_statement_takes_the_counter_row_before_any_key(engine: Engine) -> None:
+    # insert_batch counts first and inserts after; were one statement to insert its keys
+    # first, the two would wait for each other here, and PostgreSQL would abort one.
+    assert batch(engine, [(record("warm"), quota(None))]) == [None]
+    theirs, ours, mine = record("both"), record("both"), record("mine")
+    results: list[Any] = []
+    with engine.connect() as other:
+        with other.begin():
+            assert insert_batch(other, [(record("counted-first"), quota(None))]) == [None]
+            worker = threading.Thread(
+                target=lambda: results.append(
+                    in_one_statement(engine, [(ours, quota(None)), (mine, quota(None))])
+                )
+            )
+            worker.start()
+            worker.join(0.5)  # by now ours is usually waiting on the counter row
+            assert insert_execution(other, theirs, quota(None)) is None
+        worker.join(10)
+    assert results == [{mine.execution_id}]
+    assert theirs.execution_id in stored_ids(engine)
+    assert counted(engine) == 4  # warm, theirs two, mine
+
+
+@postgres_only
+def test_the_writer_stores_a_batch_without_a_limit_in_one_statement(engine: Engine) -> None:
+    first = record("before")
+    retried = dataclasses.replace(record("before"), request_digest=first.request_digest)
+    records = [record(f"new-{i}") for i in range(3)] + [retried]
+    statements: list[str] = []
+
+    async def send_all() -> list[Any]:
+        writer = ReceiptWriter(engine, timeout_seconds=10.0)
+        writer.start()
+        try:
+            assert batch(engine, [(first, quota(None))]) == [None]
+
+            @event.listens_for(engine, "before_cursor_execute")
+            def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+                statements.append(statement)
+
+            return await asyncio.gather(*(writer.write(r, quota(None)) for r in records))
+        finally:
+            writer.stop()
+
+    answers = asyncio.run(send_all())
+    assert answers == [None, None, None, prior_of(first)]
+    # One statement stored the batch; the taken key went on through a transaction, which
+    # found its prior and counted the repeat.
+    assert "WITH locked AS" in statements[0]
+    assert not [s for s in statements[1:] if "WITH locked AS" in s]
+    assert counted(engine) == 4
+    [repeats] = ExecutionStore(engine).lineage(ORG, first.execution_id)
+    assert repeats.details["repeats"] == 1
 
 
 def test_one_record_is_stored_and_counted(engine: Engine) -> None:

@@ -13,6 +13,12 @@ only carries frames: there a batch is what its loop read in one turn, and commit
 it where it was read saves the hand-offs between two threads (two wake-ups and a GIL
 transfer per batch; docs/performance.md, "The writer on its loop").
 
+On PostgreSQL a batch of new records whose quotas have no limit (the self-hosted
+default) is stored by one statement on a connection in autocommit: one round trip,
+the commit included, instead of four (docs/performance.md, "The one-statement round").
+Records whose idempotency keys turn out to be taken, and every other batch, go through
+one transaction of several statements, the path SQLite always takes.
+
 A failing batch is retried one record per transaction so that one bad row (an
 id collision, say) fails only its own request. A request whose record could not
 be committed gets ``ServiceUnavailable``: never a receipt.
@@ -43,6 +49,8 @@ from execauth.store.execution_writes import (
     insert_batch,
     insert_execution,
     receipt_id_taken,
+    store_unmetered,
+    unmetered_batch,
 )
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat, count_repeats
 from execauth.tenancy.quota import QuotaCheck
@@ -83,6 +91,10 @@ class ReceiptWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
+        # PostgreSQL: a second connection, in autocommit, for the batches one statement
+        # stores (store_unmetered); SQLite has one write lock and no round trips to save.
+        self._one_statement = engine.dialect.name == "postgresql"
+        self._autocommit: Connection | None = None
         # start_on_loop: the loop that commits, and what it read this turn.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read: list[_Pending] = []
@@ -214,19 +226,25 @@ class ReceiptWriter:
         self._close()
 
     def _close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
+        for connection in (self._connection, self._autocommit):
+            if connection is not None:
+                connection.close()
         self._lock.close()
 
-    def _commit(self, batch: list[_Pending], *, reconnected: bool = False) -> None:
+    def _commit(
+        self, batch: list[_Pending], *, reconnected: bool = False, one_statement: bool = True
+    ) -> None:
+        """Store ``batch`` and answer its waiters. ``one_statement=False``: in a
+        transaction, even where ``store_unmetered`` could take the batch."""
         try:
-            results = self._insert(batch)
+            stored = self._store_in_one_statement(batch) if one_statement else None
+            results = self._insert(batch) if stored is None else []
         except Exception as exc:
             if not reconnected and isinstance(exc, DBAPIError) and exc.connection_invalidated:
                 # The server dropped our idle connection (restart, failover, timeout): one
                 # more try on a fresh connection rather than 503 from a database that is up.
                 # Safe even if the lost connection had committed: the ids are unique.
-                self._commit(batch, reconnected=True)
+                self._commit(batch, reconnected=True, one_statement=one_statement)
                 return
             if len(batch) == 1:
                 failed: ServiceUnavailable
@@ -239,7 +257,10 @@ class ReceiptWriter:
                 _settle([(batch[0], None, failed)], self._loop)
                 return
             for pending in batch:
-                self._commit([pending])
+                self._commit([pending], one_statement=one_statement)
+            return
+        if stored is not None:
+            self._settle_stored(batch, stored)
             return
         outcomes: list[_Outcome] = []
         for pending, result in zip(batch, results, strict=True):
@@ -249,6 +270,49 @@ class ReceiptWriter:
             else:
                 outcomes.append((pending, result, None))
         _settle(outcomes, self._loop)
+
+    def _store_in_one_statement(self, batch: list[_Pending]) -> set[str] | None:
+        """The ids ``store_unmetered`` stored, committed; ``None`` when it cannot take the
+        batch (SQLite, a quota with a limit, a key twice, a repeat to count, a
+        missing counter row), having stored nothing."""
+        if not self._one_statement:
+            return None
+        items: list[tuple[ExecutionRecord, QuotaCheck | None]] = []
+        for pending in batch:
+            if not isinstance(pending.record, ExecutionRecord):
+                return None  # a repeat a gateway answered: counted in a transaction
+            items.append((pending.record, pending.quota))
+        if not unmetered_batch(items):
+            return None
+        if self._autocommit is None or self._autocommit.closed:
+            self._autocommit = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn = self._autocommit
+        started = time.perf_counter()
+        try:
+            with conn.begin():  # in autocommit: no BEGIN, the statement commits itself
+                stored = store_unmetered(conn, items)
+        except Exception:
+            conn.close()
+            self._autocommit = None
+            raise
+        if stored is not None and self.on_commit is not None:
+            self.on_commit(len(batch), time.perf_counter() - started)
+        return stored
+
+    def _settle_stored(self, batch: list[_Pending], stored: set[str]) -> None:
+        """Answer the records one statement stored (committed); those whose keys were
+        taken go through a transaction, which finds their priors and counts repeats."""
+        done: list[_Outcome] = []
+        taken: list[_Pending] = []
+        for pending in batch:
+            assert isinstance(pending.record, ExecutionRecord)
+            if pending.record.execution_id in stored:
+                done.append((pending, None, None))
+            else:
+                taken.append(pending)
+        _settle(done, self._loop)
+        if taken:
+            self._commit(taken, one_statement=False)
 
     def _insert(self, batch: list[_Pending]) -> list[WriteOutcome]:
         if self._connection is None or self._connection.closed:

@@ -255,6 +255,57 @@ def _insert_batch_keys_first(
     return outcomes
 
 
+def unmetered_batch(items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]) -> bool:
+    """Whether ``store_unmetered`` can take the batch (on PostgreSQL): quotas that
+    count without a limit (or none), and no idempotency key twice in the batch."""
+    keys: set[tuple[str, str]] = set()
+    for record, quota in items:
+        if quota is not None and quota.limit is not None:
+            return False
+        if record.idempotency_key is not None:
+            key = (record.org_id, record.idempotency_key)
+            if key in keys:
+                return False
+            keys.add(key)
+    return True
+
+
+def store_unmetered(
+    conn: Connection, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]
+) -> set[str] | None:
+    """Store a batch ``unmetered_batch`` accepts in one statement (PostgreSQL); the ids of the
+    records stored, or ``None`` when a quota's counter row is missing (nothing stored).
+
+    Each record is stored unless its idempotency key is taken, queued for the sequencer
+    and counted in its quota's period, all by one statement: on a connection in
+    autocommit that is the batch's whole transaction, one round trip to the server
+    instead of four (``BEGIN``, the count, the insert, ``COMMIT``). Only records stored
+    are counted, so a taken key costs no count to give back; the caller looks up the
+    priors of the others. Quotas with a limit go through ``insert_batch``, which
+    counts before it stores and gives back what repeats took.
+
+    The counter rows are locked first, in (org, period) order, then the keys inserted
+    in (org, key) order: the order of ``insert_batch``'s paths, so that writers of
+    several instances wait for each other in one order and never in a cycle. A missing
+    counter row (a period's first execute) is created by ``insert_batch``'s exact path.
+    """
+    ordered = sorted(items, key=lambda item: (item[0].org_id, item[0].idempotency_key or ""))
+    counters = sorted({(r.org_id, q.period) for r, q in ordered if q is not None})
+    parameters = (
+        [org_id for org_id, _ in counters],
+        [period for _, period in counters],
+        *as_columns([_row(record) for record, _ in ordered]),
+        [record.leaf_hash for record, _ in ordered],
+        [None if quota is None else quota.period for _, quota in ordered],
+        len(counters),
+        len(counters),
+    )
+    stored = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_STORE_UNMETERED, parameters)}
+    if None in stored:
+        return None
+    return stored
+
+
 def _shared_fate(source: WriteOutcome, stored: ExecutionRecord) -> WriteOutcome:
     """What a repeat within a batch gets: its source's prior or refusal, else the
     record the source stored."""
@@ -353,6 +404,33 @@ _POSTGRESQL_INSERT_NEW_KEYS = (
     " SELECT s.decided_at_ms, s.execution_id, s.org_id, g.leaf_hash"
     " FROM stored AS s JOIN given AS g USING (execution_id))"
     " SELECT execution_id FROM stored"
+)
+
+
+# store_unmetered's statement. ``locked`` takes the counter rows before anything is
+# inserted: ``given`` waits on its count (evaluated once, before given's first row),
+# and is empty, so that nothing is stored, unless every counter row exists; the last
+# line then answers one NULL. ``counted`` adds what ``stored`` returned, grouped so
+# that no counter row is updated twice by the one statement.
+_POSTGRESQL_STORE_UNMETERED = (
+    "WITH locked AS (SELECT org_id, period FROM usage_counters"  # noqa: S608 - constants only
+    " WHERE (org_id, period) IN (SELECT * FROM unnest(%b::varchar[], %b::varchar[]))"
+    " ORDER BY org_id, period FOR UPDATE),"
+    f" given AS (SELECT * FROM unnest({_ARRAYS}, %b::bytea[], %b::varchar[])"
+    f" AS g({_NAMES}, leaf_hash, period) WHERE (SELECT count(*) FROM locked) = %b),"
+    f" stored AS (INSERT INTO executions ({_NAMES}) SELECT {_NAMES} FROM given"
+    " ON CONFLICT (org_id, idempotency_key) DO NOTHING"
+    " RETURNING decided_at_ms, execution_id, org_id),"
+    " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id, leaf_hash)"
+    " SELECT s.decided_at_ms, s.execution_id, s.org_id, g.leaf_hash"
+    " FROM stored AS s JOIN given AS g USING (execution_id)),"
+    " counted AS (UPDATE usage_counters AS u SET executes = u.executes + c.n"
+    " FROM (SELECT s.org_id, g.period, count(*) AS n"
+    " FROM stored AS s JOIN given AS g USING (execution_id)"
+    " WHERE g.period IS NOT NULL GROUP BY s.org_id, g.period) AS c"
+    " WHERE u.org_id = c.org_id AND u.period = c.period)"
+    " SELECT execution_id FROM stored"
+    " UNION ALL SELECT NULL WHERE (SELECT count(*) FROM locked) < %b"
 )
 
 
