@@ -228,11 +228,7 @@ def _insert_batch_keys_first(
             return None
         granted.append((org_id, period, len(positions)))
 
-    # In (org, key) order: two writers inserting the same keys wait for each other
-    # in one order, never in a cycle.
-    ordered = sorted(fresh, key=lambda p: (items[p][0].org_id, items[p][0].idempotency_key or ""))
-    stored = [items[p][0] for p in ordered]
-    columns = (*as_columns([_row(record) for record in stored]), [r.leaf_hash for r in stored])
+    columns = _as_given(sorted((items[p][0] for p in fresh), key=_key_order))
     inserted = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_INSERT_NEW_KEYS, columns)}
 
     outcomes: list[WriteOutcome] = [None] * len(items)
@@ -289,14 +285,13 @@ def store_unmetered(
     several instances wait for each other in one order and never in a cycle. A missing
     counter row (a period's first execute) is created by ``insert_batch``'s exact path.
     """
-    ordered = sorted(items, key=lambda item: (item[0].org_id, item[0].idempotency_key or ""))
+    ordered = sorted(items, key=lambda item: _key_order(item[0]))
     counters = sorted({(r.org_id, q.period) for r, q in ordered if q is not None})
     parameters = (
         [org_id for org_id, _ in counters],
         [period for _, period in counters],
-        *as_columns([_row(record) for record, _ in ordered]),
-        [record.leaf_hash for record, _ in ordered],
-        [None if quota is None else quota.period for _, quota in ordered],
+        *_as_given([record for record, _ in ordered]),
+        [None if quota is None else quota.period for _, quota in ordered],  # None: not counted
         len(counters),
         len(counters),
     )
@@ -304,6 +299,17 @@ def store_unmetered(
     if None in stored:
         return None
     return stored
+
+
+def _key_order(record: ExecutionRecord) -> tuple[str, str]:
+    """The order a batch's records are inserted in: two writers inserting the same keys
+    wait for each other in one order, never in a cycle."""
+    return (record.org_id, record.idempotency_key or "")
+
+
+def _as_given(records: Sequence[ExecutionRecord]) -> tuple[list[Any], ...]:
+    """``records`` as the column arrays of ``_GIVEN_ARRAYS``, leaf hashes last."""
+    return (*as_columns([_row(record) for record in records]), [r.leaf_hash for r in records])
 
 
 def _shared_fate(source: WriteOutcome, stored: ExecutionRecord) -> WriteOutcome:
@@ -392,17 +398,22 @@ _POSTGRESQL = in_format_style(
 # format psycopg quotes every element through a regular expression in Python, which
 # took 37 of 54 ms for 256 rows (cProfile); binary costs what executemany does.
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
-# The rows it stored are queued for the sequencer by the same statement.
 _NAMES = ", ".join(_COLUMNS)
 _ARRAYS = ", ".join(f"%b::{executions.c[c].type.compile(dialect=_PG)}[]" for c in _COLUMNS)
-_POSTGRESQL_INSERT_NEW_KEYS = (
-    f"WITH given AS (SELECT * FROM unnest({_ARRAYS}, %b::bytea[]) AS g({_NAMES}, leaf_hash)),"  # noqa: S608
-    f" stored AS (INSERT INTO executions ({_NAMES}) SELECT {_NAMES} FROM given"
+_GIVEN_ARRAYS = f"{_ARRAYS}, %b::bytea[]"  # the batch's columns, then its leaf hashes (_as_given)
+# Both PostgreSQL batch statements store ``given`` and queue what they stored for the
+# sequencer, in the same statement.
+_STORED_AND_QUEUED = (
+    f" stored AS (INSERT INTO executions ({_NAMES}) SELECT {_NAMES} FROM given"  # noqa: S608
     " ON CONFLICT (org_id, idempotency_key) DO NOTHING"
     " RETURNING decided_at_ms, execution_id, org_id),"
     " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id, leaf_hash)"
     " SELECT s.decided_at_ms, s.execution_id, s.org_id, g.leaf_hash"
     " FROM stored AS s JOIN given AS g USING (execution_id))"
+)
+_POSTGRESQL_INSERT_NEW_KEYS = (
+    f"WITH given AS (SELECT * FROM unnest({_GIVEN_ARRAYS}) AS g({_NAMES}, leaf_hash)),"  # noqa: S608
+    f"{_STORED_AND_QUEUED}"
     " SELECT execution_id FROM stored"
 )
 
@@ -416,14 +427,9 @@ _POSTGRESQL_STORE_UNMETERED = (
     "WITH locked AS (SELECT org_id, period FROM usage_counters"  # noqa: S608 - constants only
     " WHERE (org_id, period) IN (SELECT * FROM unnest(%b::varchar[], %b::varchar[]))"
     " ORDER BY org_id, period FOR UPDATE),"
-    f" given AS (SELECT * FROM unnest({_ARRAYS}, %b::bytea[], %b::varchar[])"
+    f" given AS (SELECT * FROM unnest({_GIVEN_ARRAYS}, %b::varchar[])"
     f" AS g({_NAMES}, leaf_hash, period) WHERE (SELECT count(*) FROM locked) = %b),"
-    f" stored AS (INSERT INTO executions ({_NAMES}) SELECT {_NAMES} FROM given"
-    " ON CONFLICT (org_id, idempotency_key) DO NOTHING"
-    " RETURNING decided_at_ms, execution_id, org_id),"
-    " queued AS (INSERT INTO log_pending (decided_at_ms, execution_id, org_id, leaf_hash)"
-    " SELECT s.decided_at_ms, s.execution_id, s.org_id, g.leaf_hash"
-    " FROM stored AS s JOIN given AS g USING (execution_id)),"
+    f"{_STORED_AND_QUEUED},"
     " counted AS (UPDATE usage_counters AS u SET executes = u.executes + c.n"
     " FROM (SELECT s.org_id, g.period, count(*) AS n"
     " FROM stored AS s JOIN given AS g USING (execution_id)"
