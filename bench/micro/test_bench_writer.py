@@ -33,7 +33,11 @@ from sqlalchemy import Engine, create_engine, text
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.control import ControlStore
 from execauth.store.database import make_engine, normalize_url, upgrade
-from execauth.store.execution_writes import insert_batch, insert_execution, store_unmetered
+from execauth.store.execution_writes import (
+    insert_batch,
+    insert_execution,
+    store_in_one_statement,
+)
 from execauth.store.executions import ExecutionRecord
 from execauth.tenancy.audit import AuditEvent
 from execauth.tenancy.orgs import Org
@@ -176,18 +180,22 @@ def test_insert_batch(benchmark: Any, engine: Engine, batch: int) -> None:
     benchmark.extra_info["cpu_per_row_us"] = cpu[len(cpu) // 2] / batch * 1e6
 
 
-# The self-hosted default plan: counted, never refused (store_unmetered's case).
+# The self-hosted default plan (counted, never refused) and a plan with a limit far off.
 UNMETERED = QuotaCheck("unmetered", "2026-11", None, datetime(2026, 12, 1, tzinfo=UTC))
+LIMITED = QuotaCheck("limited", "2026-11", 10**9, datetime(2026, 12, 1, tzinfo=UTC))
 
 
+@pytest.mark.parametrize("quota", [UNMETERED, LIMITED], ids=lambda quota: quota.plan)
 @pytest.mark.parametrize("batch", [1, 32, 256])
-def test_store_unmetered(benchmark: Any, engine: Engine, batch: int) -> None:
-    """What the writer runs per batch on PostgreSQL when no quota has a limit: one
-    statement on a connection in autocommit, its own transaction (commit included)."""
+def test_store_in_one_statement(
+    benchmark: Any, engine: Engine, batch: int, quota: QuotaCheck
+) -> None:
+    """What the writer runs per batch on PostgreSQL: one statement on a connection in
+    autocommit, its own transaction (commit included), the limit checked in its lock."""
     if engine.dialect.name != "postgresql":
         pytest.skip("one statement a batch is PostgreSQL's path")
     with engine.begin() as conn:  # the counter row, as a month's first execute creates it
-        assert insert_batch(conn, [(record(), UNMETERED)]) == [None]
+        assert insert_batch(conn, [(record(), quota)]) == [None]
     cpu: list[float] = []
 
     def setup() -> tuple[tuple[list[ExecutionRecord]], dict[str, Any]]:
@@ -199,7 +207,7 @@ def test_store_unmetered(benchmark: Any, engine: Engine, batch: int) -> None:
         def store(records: list[ExecutionRecord]) -> None:
             started = time.thread_time()
             with conn.begin():
-                stored = store_unmetered(conn, [(r, UNMETERED) for r in records])
+                stored = store_in_one_statement(conn, [(r, quota) for r in records])
             cpu.append(time.thread_time() - started)
             assert stored == {r.execution_id for r in records}
 

@@ -15,15 +15,16 @@ import asyncio
 import dataclasses
 import itertools
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, event, func, select
+from sqlalchemy import Connection, Engine, event, func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from execauth.errors import ReceiptIdTaken, ServiceUnavailable
+from execauth.errors import QuotaExceeded, ReceiptIdTaken, ServiceUnavailable
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store import execution_writes as store
 from execauth.store.control import ControlStore
@@ -33,8 +34,8 @@ from execauth.store.execution_writes import (
     QuotaExhausted,
     insert_batch,
     insert_execution,
-    store_unmetered,
-    unmetered_batch,
+    one_statement_batch,
+    store_in_one_statement,
 )
 from execauth.store.executions import (
     ExecutionRecord,
@@ -103,7 +104,7 @@ def prior_of(stored: ExecutionRecord) -> PriorExecution:
     )
 
 
-def batch(engine: Engine, items: list[tuple[ExecutionRecord, QuotaCheck | None]]) -> list[Any]:
+def batch(engine: Engine, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]) -> list[Any]:
     with engine.begin() as conn:
         return insert_batch(conn, items)
 
@@ -305,10 +306,12 @@ def test_a_key_another_writer_stored_after_the_lookup_fails_the_whole_batch(
     assert counted(engine) == 2
 
 
-# --- one statement a batch (PostgreSQL, quotas without a limit) ---------------------------
-def in_one_statement(engine: Engine, items: list[tuple[ExecutionRecord, QuotaCheck | None]]) -> Any:
+# --- one statement a batch (PostgreSQL) -----------------------------------------------------
+def in_one_statement(
+    engine: Engine, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]
+) -> Any:
     with engine.connect() as conn:
-        return store_unmetered(conn.execution_options(isolation_level="AUTOCOMMIT"), items)
+        return store_in_one_statement(conn.execution_options(isolation_level="AUTOCOMMIT"), items)
 
 
 def queued_ids(engine: Engine) -> set[str]:
@@ -316,11 +319,11 @@ def queued_ids(engine: Engine) -> set[str]:
         return set(conn.execute(select(log_pending.c.execution_id)).scalars())
 
 
-def test_a_batch_is_for_one_statement_only_without_a_limit_or_a_key_twice() -> None:
-    assert unmetered_batch([(record("a"), quota(None)), (record("b"), None), (record(), None)])
-    assert not unmetered_batch([(record("a"), quota(None)), (record("b"), quota(100))])
-    assert not unmetered_batch([(record("a"), quota(None)), (record("a"), quota(None))])
-    assert unmetered_batch([(record("a"), quota(None)), (record("a", OTHER), quota(None))])
+def test_a_batch_is_for_one_statement_unless_it_holds_a_key_twice() -> None:
+    assert one_statement_batch([(record("a"), quota(None)), (record("b"), None), (record(), None)])
+    assert one_statement_batch([(record("a"), quota(None)), (record("b"), quota(100))])
+    assert not one_statement_batch([(record("a"), quota(None)), (record("a"), quota(None))])
+    assert one_statement_batch([(record("a"), quota(None)), (record("a", OTHER), quota(None))])
 
 
 @postgres_only
@@ -388,7 +391,88 @@ def test_one_statement_takes_the_counter_row_before_any_key(engine: Engine) -> N
 
 
 @postgres_only
-def test_the_writer_stores_a_batch_without_a_limit_in_one_statement(engine: Engine) -> None:
+def test_one_statement_stores_and_counts_a_batch_within_its_limit(engine: Engine) -> None:
+    assert batch(engine, [(record("warm"), quota(5))]) == [None]
+    records = [record(f"new-{i}") for i in range(4)]
+    stored = in_one_statement(engine, [(r, quota(5)) for r in records])
+    assert stored == {r.execution_id for r in records}
+    assert counted(engine) == 5  # the limit, reached and not passed
+
+
+@postgres_only
+def test_one_statement_stores_nothing_when_the_limit_lacks_room_for_the_whole_batch(
+    engine: Engine,
+) -> None:
+    assert batch(engine, [(record("warm"), quota(4))]) == [None]
+    items = [(record(f"new-{i}"), quota(4)) for i in range(4)]
+    assert in_one_statement(engine, items) is None
+    assert stored_ids(engine).isdisjoint(r.execution_id for r, _ in items)
+    assert counted(engine) == 1
+    # The exact path then gives out what is left, in batch order.
+    assert batch(engine, items) == [None, None, None, QUOTA_EXHAUSTED]
+
+
+@postgres_only
+def test_one_statement_checks_a_taken_key_against_the_limit_too(engine: Engine) -> None:
+    # Whether a key is taken is known only once it is inserted, after the check: the
+    # check counts every record, and near the limit the exact path sorts them out.
+    first = record("taken")
+    assert batch(engine, [(first, quota(2))]) == [None]
+    items = [(record("taken"), quota(2)), (record("fresh"), quota(2))]
+    assert in_one_statement(engine, items) is None
+    assert batch(engine, items) == [prior_of(first), None]
+    assert counted(engine) == 2
+
+
+@postgres_only
+def test_one_statement_holds_a_counter_checked_with_two_limits_to_the_lower(
+    engine: Engine,
+) -> None:
+    assert batch(engine, [(record("warm"), quota(100))]) == [None]
+    assert in_one_statement(engine, [(record("a"), quota(100)), (record("b"), quota(2))]) is None
+    assert counted(engine) == 1
+
+
+def wait_until_waiting_for_a_lock(engine: Engine, statement_start: str) -> None:
+    """Until a statement beginning ``statement_start`` waits for a row lock."""
+    deadline = time.monotonic() + 10
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND starts_with(query, :start)"
+    )
+    with engine.connect() as conn:
+        while conn.execute(waiting, {"start": statement_start}).scalar_one() == 0:
+            assert time.monotonic() < deadline, "the statement never waited for the lock"
+            time.sleep(0.01)
+            conn.rollback()  # a fresh snapshot of pg_stat_activity
+
+
+@postgres_only
+def test_one_statement_checks_the_limit_against_a_count_committed_while_it_waited(
+    engine: Engine,
+) -> None:
+    assert batch(engine, [(record("warm"), quota(3))]) == [None]
+    ours = record("ours")
+    results: list[Any] = []
+    with engine.connect() as other:
+        with other.begin():
+            # Counts up to the limit and holds the counter row until it commits.
+            assert insert_batch(other, [(record(), quota(3)), (record(), quota(3))]) == [None] * 2
+            worker = threading.Thread(
+                target=lambda: results.append(in_one_statement(engine, [(ours, quota(3))]))
+            )
+            worker.start()
+            # Before the commit, the count ours reads (1 of 3) leaves room for it.
+            wait_until_waiting_for_a_lock(engine, "WITH wanted AS")
+        worker.join(10)
+    assert results == [None]
+    assert ours.execution_id not in stored_ids(engine) | queued_ids(engine)
+    assert counted(engine) == 3
+
+
+@postgres_only
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_the_writer_stores_a_batch_in_one_statement(engine: Engine, limit: int | None) -> None:
     first = record("before")
     retried = dataclasses.replace(record("before"), request_digest=first.request_digest)
     records = [record(f"new-{i}") for i in range(3)] + [retried]
@@ -398,13 +482,13 @@ def test_the_writer_stores_a_batch_without_a_limit_in_one_statement(engine: Engi
         writer = ReceiptWriter(engine, timeout_seconds=10.0)
         writer.start()
         try:
-            assert batch(engine, [(first, quota(None))]) == [None]
+            assert batch(engine, [(first, quota(limit))]) == [None]
 
             @event.listens_for(engine, "before_cursor_execute")
             def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
                 statements.append(statement)
 
-            return await asyncio.gather(*(writer.write(r, quota(None)) for r in records))
+            return await asyncio.gather(*(writer.write(r, quota(limit)) for r in records))
         finally:
             writer.stop()
 
@@ -413,7 +497,7 @@ def test_the_writer_stores_a_batch_without_a_limit_in_one_statement(engine: Engi
     # One statement stored what was new (in one batch, or more if the writer's thread
     # woke between the writes); only the taken key went on through a transaction, whose
     # count and give-back are the only counter updates of their own.
-    assert "WITH locked AS" in statements[0]
+    assert statements[0].startswith("WITH wanted AS")
     assert len([s for s in statements if s.startswith("UPDATE usage_counters")]) == 2
     assert counted(engine) == 4
     [repeats] = ExecutionStore(engine).lineage(ORG, first.execution_id)
@@ -559,6 +643,27 @@ def test_repeats_are_listed_among_other_lineage_events_by_time(engine: Engine) -
         "idempotent_repeat",
     ]
     assert reads.lineage(OTHER, first.execution_id) == []
+
+
+@postgres_only
+def test_the_writer_refuses_exactly_what_is_past_the_limit(engine: Engine) -> None:
+    # One statement cannot take a batch the limit has no room for; the transaction can.
+    records = [record(f"near-{i}") for i in range(4)]
+
+    async def send_all() -> list[Any]:
+        writer = ReceiptWriter(engine, timeout_seconds=10.0)
+        writer.start()
+        try:
+            assert await writer.write(record("warm"), quota(3)) is None
+            writes = (writer.write(r, quota(3)) for r in records)
+            return await asyncio.gather(*writes, return_exceptions=True)
+        finally:
+            writer.stop()
+
+    answers = asyncio.run(send_all())
+    assert answers.count(None) == 2
+    assert len([a for a in answers if isinstance(a, QuotaExceeded)]) == 2
+    assert counted(engine) == 3
 
 
 def test_the_writer_counts_the_repeats_it_finds(engine: Engine) -> None:

@@ -48,9 +48,9 @@ from execauth.store.execution_writes import (
     WriteOutcome,
     insert_batch,
     insert_execution,
+    one_statement_batch,
     receipt_id_taken,
-    store_unmetered,
-    unmetered_batch,
+    store_in_one_statement,
 )
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat, count_repeats
 from execauth.tenancy.quota import QuotaCheck
@@ -92,7 +92,7 @@ class ReceiptWriter:
         self._thread: threading.Thread | None = None
         self._connection: Connection | None = None
         # PostgreSQL: a second connection, in autocommit, for the batches one statement
-        # stores (store_unmetered); SQLite has one write lock and no round trips to save.
+        # stores (store_in_one_statement); SQLite has one write lock and no round trips to save.
         self._one_statement = engine.dialect.name == "postgresql"
         self._autocommit: Connection | None = None
         # start_on_loop: the loop that commits, and what it read this turn.
@@ -235,7 +235,7 @@ class ReceiptWriter:
         self, batch: list[_Pending], *, reconnected: bool = False, one_statement: bool = True
     ) -> None:
         """Store ``batch`` and answer its waiters. ``one_statement=False``: in a
-        transaction, even where ``store_unmetered`` could take the batch."""
+        transaction, even where ``store_in_one_statement`` could take the batch."""
         try:
             stored = self._store_in_one_statement(batch) if one_statement else None
             results = self._insert(batch) if stored is None else []
@@ -272,9 +272,9 @@ class ReceiptWriter:
         _settle(outcomes, self._loop)
 
     def _store_in_one_statement(self, batch: list[_Pending]) -> set[str] | None:
-        """The ids ``store_unmetered`` stored, committed; ``None`` when it cannot take the
-        batch (SQLite, a quota with a limit, a key twice, a repeat to count, a
-        missing counter row), having stored nothing."""
+        """The ids ``store_in_one_statement`` stored, committed; ``None`` when it cannot
+        take the batch (SQLite, a key twice, a repeat to count, a missing counter row, a
+        limit too near for the whole batch), having stored nothing."""
         if not self._one_statement:
             return None
         items: list[tuple[ExecutionRecord, QuotaCheck | None]] = []
@@ -282,7 +282,7 @@ class ReceiptWriter:
             if not isinstance(pending.record, ExecutionRecord):
                 return None  # a repeat a gateway answered: counted in a transaction
             items.append((pending.record, pending.quota))
-        if not unmetered_batch(items):
+        if not one_statement_batch(items):
             return None
         if self._autocommit is None or self._autocommit.closed:
             self._autocommit = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -290,7 +290,7 @@ class ReceiptWriter:
         started = time.perf_counter()
         try:
             with conn.begin():  # in autocommit: no BEGIN, the statement commits itself
-                stored = store_unmetered(conn, items)
+                stored = store_in_one_statement(conn, items)
         except Exception:
             conn.close()
             self._autocommit = None

@@ -251,13 +251,11 @@ def _insert_batch_keys_first(
     return outcomes
 
 
-def unmetered_batch(items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]) -> bool:
-    """Whether ``store_unmetered`` can take the batch (on PostgreSQL): quotas that
-    count without a limit (or none), and no idempotency key twice in the batch."""
+def one_statement_batch(items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]) -> bool:
+    """Whether ``store_in_one_statement`` can take the batch (on PostgreSQL): no
+    idempotency key twice in it."""
     keys: set[tuple[str, str]] = set()
-    for record, quota in items:
-        if quota is not None and quota.limit is not None:
-            return False
+    for record, _ in items:
         if record.idempotency_key is not None:
             key = (record.org_id, record.idempotency_key)
             if key in keys:
@@ -266,19 +264,25 @@ def unmetered_batch(items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]) 
     return True
 
 
-def store_unmetered(
+def store_in_one_statement(
     conn: Connection, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]
 ) -> set[str] | None:
-    """Store a batch ``unmetered_batch`` accepts in one statement (PostgreSQL); the ids of the
-    records stored, or ``None`` when a quota's counter row is missing (nothing stored).
+    """Store a batch ``one_statement_batch`` accepts in one statement (PostgreSQL); the
+    ids of the records stored, or ``None``, having stored nothing, when a quota's counter
+    row is missing or has no room left for all of the batch's records it counts.
 
     Each record is stored unless its idempotency key is taken, queued for the sequencer
     and counted in its quota's period, all by one statement: on a connection in
     autocommit that is the batch's whole transaction, one round trip to the server
     instead of four (``BEGIN``, the count, the insert, ``COMMIT``). Only records stored
     are counted, so a taken key costs no count to give back; the caller looks up the
-    priors of the others. Quotas with a limit go through ``insert_batch``, which
-    counts before it stores and gives back what repeats took.
+    priors of the others.
+
+    A limit is checked for the batch whole, taken keys included, so the count never
+    passes it; near the limit the statement stores nothing and ``insert_batch``'s exact
+    path decides which records still fit. The check is part of the counter row's lock:
+    a row another transaction counted while this one waited is checked again as that
+    transaction committed it (PostgreSQL re-reads a row it waited to lock).
 
     The counter rows are locked first, in (org, period) order, then the keys inserted
     in (org, key) order: the order of ``insert_batch``'s paths, so that writers of
@@ -286,19 +290,39 @@ def store_unmetered(
     counter row (a period's first execute) is created by ``insert_batch``'s exact path.
     """
     ordered = sorted(items, key=lambda item: _key_order(item[0]))
-    counters = sorted({(r.org_id, q.period) for r, q in ordered if q is not None})
+    counters = _counters(ordered)
     parameters = (
-        [org_id for org_id, _ in counters],
-        [period for _, period in counters],
+        [org_id for org_id, _, _, _ in counters],
+        [period for _, period, _, _ in counters],
+        [n for _, _, n, _ in counters],
+        [limit for _, _, _, limit in counters],
         *_as_given([record for record, _ in ordered]),
         [None if quota is None else quota.period for _, quota in ordered],  # None: not counted
         len(counters),
         len(counters),
     )
-    stored = {row[0] for row in conn.exec_driver_sql(_POSTGRESQL_STORE_UNMETERED, parameters)}
+    statement = _POSTGRESQL_STORE_IN_ONE_STATEMENT
+    stored = {row[0] for row in conn.exec_driver_sql(statement, parameters)}
     if None in stored:
         return None
     return stored
+
+
+def _counters(
+    items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]],
+) -> list[tuple[str, str, int, int | None]]:
+    """The batch's counters as (org, period, records it counts, limit), in lock order.
+    Two checks of one counter with different limits (a plan changed between two
+    decisions of the batch) are held to the lower."""
+    counters: dict[tuple[str, str], tuple[int, int | None]] = {}
+    for record, quota in items:
+        if quota is None:
+            continue
+        n, limit = counters.get((record.org_id, quota.period), (0, quota.limit))
+        if limit is None or (quota.limit is not None and quota.limit < limit):
+            limit = quota.limit
+        counters[(record.org_id, quota.period)] = (n + 1, limit)
+    return [(org, period, n, limit) for (org, period), (n, limit) in sorted(counters.items())]
 
 
 def _key_order(record: ExecutionRecord) -> tuple[str, str]:
@@ -418,15 +442,19 @@ _POSTGRESQL_INSERT_NEW_KEYS = (
 )
 
 
-# store_unmetered's statement. ``locked`` takes the counter rows before anything is
-# inserted: ``given`` waits on its count (evaluated once, before given's first row),
-# and is empty, so that nothing is stored, unless every counter row exists; the last
-# line then answers one NULL. ``counted`` adds what ``stored`` returned, grouped so
-# that no counter row is updated twice by the one statement.
-_POSTGRESQL_STORE_UNMETERED = (
-    "WITH locked AS (SELECT org_id, period FROM usage_counters"  # noqa: S608 - constants only
-    " WHERE (org_id, period) IN (SELECT * FROM unnest(%b::varchar[], %b::varchar[]))"
-    " ORDER BY org_id, period FOR UPDATE),"
+# store_in_one_statement's statement. ``locked`` takes the counter rows that have room
+# for the batch's records before anything is inserted: ``given`` waits on its count
+# (evaluated once, before given's first row), and is empty, so that nothing is stored,
+# unless every counter row exists and has room; the last line then answers one NULL.
+# ``counted`` adds what ``stored`` returned, grouped so that no counter row is updated
+# twice by the one statement.
+_POSTGRESQL_STORE_IN_ONE_STATEMENT = (
+    "WITH wanted AS (SELECT * FROM unnest("  # noqa: S608 - constants only
+    "%b::varchar[], %b::varchar[], %b::int8[], %b::int8[]) AS w(org_id, period, n, most)),"
+    " locked AS (SELECT u.org_id, u.period FROM usage_counters AS u"
+    " JOIN wanted AS w ON u.org_id = w.org_id AND u.period = w.period"
+    " WHERE w.most IS NULL OR u.executes + w.n <= w.most"
+    " ORDER BY u.org_id, u.period FOR UPDATE OF u),"
     f" given AS (SELECT * FROM unnest({_GIVEN_ARRAYS}, %b::varchar[])"
     f" AS g({_NAMES}, leaf_hash, period) WHERE (SELECT count(*) FROM locked) = %b),"
     f"{_STORED_AND_QUEUED},"
