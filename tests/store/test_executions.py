@@ -666,6 +666,42 @@ def test_the_writer_refuses_exactly_what_is_past_the_limit(engine: Engine) -> No
     assert counted(engine) == 3
 
 
+@postgres_only
+def test_the_writer_skips_the_one_statement_for_a_quota_it_found_used_up(engine: Engine) -> None:
+    # The statement could only store nothing before the transaction refuses the record.
+    statements: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    async def one_statement_tried(item: ExecutionRecord, check: QuotaCheck) -> tuple[Any, bool]:
+        statements.clear()
+        answer = await asyncio.gather(writer.write(item, check), return_exceptions=True)
+        return answer[0], any(s.startswith("WITH wanted AS") for s in statements)
+
+    async def send() -> list[tuple[Any, bool]]:
+        writer.start()
+        try:
+            assert await writer.write(record("warm"), quota(1)) is None
+            assert await writer.write(record("warm", OTHER), quota(5)) is None
+            return [
+                await one_statement_tried(record(), quota(1)),
+                await one_statement_tried(record(), quota(1)),
+                await one_statement_tried(record(org_id=OTHER), quota(5)),
+            ]
+        finally:
+            writer.stop()
+
+    writer = ReceiptWriter(engine, timeout_seconds=10.0)
+    (first, tried_first), (again, tried_again), (other, tried_other) = asyncio.run(send())
+    assert isinstance(first, QuotaExceeded)
+    assert isinstance(again, QuotaExceeded)
+    assert other is None
+    assert [tried_first, tried_again, tried_other] == [True, False, True]  # per quota
+    assert counted(engine) == 1
+
+
 def test_the_writer_counts_the_repeats_it_finds(engine: Engine) -> None:
     """In the transaction that found them: a retry storm adds no write transaction of its
     own to compete for the write lock (docs/decisions.md, "repeats")."""

@@ -74,6 +74,16 @@ class _Pending:
     settle: Settle
 
 
+_FULL_QUOTAS_KEPT = 4096
+
+
+def _quota_of(pending: _Pending) -> tuple[str, str, int | None] | None:
+    """The quota ``pending`` counts against, as ``ReceiptWriter._full_quotas`` keys it."""
+    if pending.quota is None:
+        return None
+    return (pending.record.org_id, pending.quota.period, pending.quota.limit)
+
+
 class ReceiptWriter:
     def __init__(
         self,
@@ -95,6 +105,13 @@ class ReceiptWriter:
         # stores (store_in_one_statement); SQLite has one write lock and no round trips to save.
         self._one_statement = engine.dialect.name == "postgresql"
         self._autocommit: Connection | None = None
+        # (org, period, limit) of quotas a batch found used up: a batch that counts one
+        # of them skips the one statement, which could only store nothing before the
+        # transaction refuses the record; a tenant past its limit costs no more than it
+        # did before limits went through the one statement. A count only grows within a
+        # period, so an entry stays true; the set is emptied when it grows past
+        # _FULL_QUOTAS_KEPT (entries of past months), at worst one wasted statement each.
+        self._full_quotas: set[tuple[str, str, int | None]] = set()
         # start_on_loop: the loop that commits, and what it read this turn.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read: list[_Pending] = []
@@ -266,6 +283,7 @@ class ReceiptWriter:
         for pending, result in zip(batch, results, strict=True):
             if isinstance(result, QuotaExhausted):
                 assert pending.quota is not None
+                self._remember_full(pending)
                 outcomes.append((pending, None, pending.quota.exceeded(_decided_at(pending))))
             else:
                 outcomes.append((pending, result, None))
@@ -282,7 +300,7 @@ class ReceiptWriter:
             if not isinstance(pending.record, ExecutionRecord):
                 return None  # a repeat a gateway answered: counted in a transaction
             items.append((pending.record, pending.quota))
-        if not one_statement_batch(items):
+        if not one_statement_batch(items) or any(_quota_of(p) in self._full_quotas for p in batch):
             return None
         if self._autocommit is None or self._autocommit.closed:
             self._autocommit = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -298,6 +316,13 @@ class ReceiptWriter:
         if stored is not None and self.on_commit is not None:
             self.on_commit(len(batch), time.perf_counter() - started)
         return stored
+
+    def _remember_full(self, pending: _Pending) -> None:
+        quota = _quota_of(pending)
+        assert quota is not None  # only a record counted against a quota is refused
+        if len(self._full_quotas) >= _FULL_QUOTAS_KEPT:
+            self._full_quotas.clear()
+        self._full_quotas.add(quota)
 
     def _settle_stored(self, batch: list[_Pending], stored: set[str]) -> None:
         """Answer the records one statement stored (committed); those whose keys were
