@@ -15,6 +15,7 @@ share of the interpreter each receipt costs there. PostgreSQL runs when
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import secrets
@@ -28,7 +29,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from execauth.serving.receipt_writer import ReceiptWriter
 from execauth.store.control import ControlStore
@@ -215,3 +216,51 @@ def test_store_in_one_statement(
     cpu.sort()
     benchmark.extra_info["per_row_us"] = benchmark.stats.stats.median / batch * 1e6
     benchmark.extra_info["cpu_per_row_us"] = cpu[len(cpu) // 2] / batch * 1e6
+
+
+def a_large_request(size: int) -> str:
+    """A plan-like request of about ``size`` bytes: repeated structure, ids that do not
+    repeat (what an infrastructure change or an agent's tool call carries)."""
+    changes: list[dict[str, str]] = []
+    length = 0
+    while length < size:
+        n = len(changes)
+        changes.append({"address": f"module.web[{n}].aws_instance.app", "ami": f"ami-{n:032x}"})
+        length += len(msgspec.json.encode(changes[-1])) + 1
+    return msgspec.json.encode({"request": {**BODY, "payload": {"changes": changes}}}).decode()
+
+
+def backend_cpu_seconds(conn: Connection) -> float:
+    """CPU time so far of the PostgreSQL backend serving ``conn`` (same host)."""
+    pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("size", [16 * 1024, 60 * 1024], ids=["16KiB", "60KiB"])
+def test_store_large_requests(benchmark: Any, engine: Engine, size: int) -> None:
+    """A batch of 12 requests of ``size`` bytes through ``insert_batch``: on PostgreSQL
+    the rows are compressed before they are stored (LZ4 since migration 0015), and
+    ``backend_cpu_per_row_us`` is the database's share of the cost."""
+    request = a_large_request(size)
+
+    def setup() -> tuple[tuple[list[ExecutionRecord]], dict[str, Any]]:
+        return ([dataclasses.replace(record(), evaluation_input=request) for _ in range(12)],), {}
+
+    with engine.connect() as conn:
+        postgres = engine.dialect.name == "postgresql"
+        backend_before = backend_cpu_seconds(conn) if postgres else 0.0
+        conn.commit()
+
+        def store(records: list[ExecutionRecord]) -> None:
+            with conn.begin():
+                assert insert_batch(conn, [(r, QUOTA) for r in records]) == [None] * 12
+
+        rounds = 100
+        benchmark.pedantic(store, setup=setup, rounds=rounds, warmup_rounds=2)
+        if postgres:
+            backend = backend_cpu_seconds(conn) - backend_before
+            conn.commit()
+            benchmark.extra_info["backend_cpu_per_row_us"] = backend / ((rounds + 2) * 12) * 1e6
+    benchmark.extra_info["request_bytes"] = len(request)
+    benchmark.extra_info["per_row_us"] = benchmark.stats.stats.median / 12 * 1e6
