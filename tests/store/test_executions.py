@@ -437,8 +437,8 @@ def wait_until_waiting_for_a_lock(engine: Engine, statement_start: str) -> None:
     """Until a statement beginning ``statement_start`` waits for a row lock."""
     deadline = time.monotonic() + 10
     waiting = text(
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE wait_event_type = 'Lock' AND starts_with(query, :start)"
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND starts_with(query, :start)"
     )
     with engine.connect() as conn:
         while conn.execute(waiting, {"start": statement_start}).scalar_one() == 0:

@@ -6,7 +6,9 @@ than about 2 KiB before it stores it. With its default method, pglz, storing req
 of 60 KiB cost the database's backend two to three times the CPU that LZ4 costs, for
 about the same bytes stored (docs/decisions.md, "LZ4 for the receipts' large columns on
 PostgreSQL"). Only values stored from now on are compressed with LZ4: the rows already
-there keep pglz, and PostgreSQL reads either, value by value. Nothing is rewritten.
+there keep pglz, and PostgreSQL reads either, value by value. Nothing is rewritten, but
+the change to the catalog takes the table's exclusive lock: it waits for transactions
+using ``executions`` to end (docs/operations.md, "Migrations").
 
 A server that does not offer LZ4 (built without it) keeps pglz: the revision asks the
 server. SQLite does not compress values: nothing to do there.
