@@ -94,13 +94,17 @@ async def test_receipt_store_timeout_is_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import execauth.serving.receipt_writer as writer_module
-    from execauth.store.execution_writes import insert_execution as original
 
-    def slow_insert(*args: Any) -> Any:
-        time.sleep(0.5)
-        return original(*args)
+    # Both ways the writer stores a record: the transaction, and on PostgreSQL the one
+    # statement a batch (which takes the record once the month's counter row exists).
+    for name in ("insert_execution", "store_in_one_statement"):
+        original = getattr(writer_module, name)
 
-    monkeypatch.setattr(writer_module, "insert_execution", slow_insert)
+        def slow(*args: Any, original: Any = original) -> Any:
+            time.sleep(0.5)
+            return original(*args)
+
+        monkeypatch.setattr(writer_module, name, slow)
     monkeypatch.setattr(runtime.writer, "timeout_seconds", 0.05)
     response = await lenient_client.post("/v1/execute", json=PERMIT, headers=ready_tenant.auth)
     assert_no_decision(response, 503, "service_unavailable")
