@@ -3,7 +3,7 @@
 A receipt row's ``evaluation_input`` holds the request as it was decided (up to the
 64 KiB body limit), and PostgreSQL compresses a value that would make its row longer
 than about 2 KiB before it stores it. With its default method, pglz, storing requests
-of 60 KiB cost the database's backend two to three times the CPU that LZ4 costs, for
+of 60 KiB cost the database's backend about twice the CPU that LZ4 costs, for
 about the same bytes stored (docs/decisions.md, "LZ4 for the receipts' large columns on
 PostgreSQL"). Only values stored from now on are compressed with LZ4: the rows already
 there keep pglz, and PostgreSQL reads either, value by value. Nothing is rewritten, but
