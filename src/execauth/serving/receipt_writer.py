@@ -300,7 +300,7 @@ class ReceiptWriter:
             if not isinstance(pending.record, ExecutionRecord):
                 return None  # a repeat a gateway answered: counted in a transaction
             items.append((pending.record, pending.quota))
-        if not one_statement_batch(items) or any(_quota_of(p) in self._full_quotas for p in batch):
+        if not one_statement_batch(items) or self._counts_a_full_quota(batch):
             return None
         if self._autocommit is None or self._autocommit.closed:
             self._autocommit = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -316,6 +316,10 @@ class ReceiptWriter:
         if stored is not None and self.on_commit is not None:
             self.on_commit(len(batch), time.perf_counter() - started)
         return stored
+
+    def _counts_a_full_quota(self, batch: list[_Pending]) -> bool:
+        # Usually no quota is full: no lookup per record then.
+        return bool(self._full_quotas) and any(_quota_of(p) in self._full_quotas for p in batch)
 
     def _remember_full(self, pending: _Pending) -> None:
         quota = _quota_of(pending)

@@ -290,16 +290,16 @@ def store_in_one_statement(
     counter row (a period's first execute) is created by ``insert_batch``'s exact path.
     """
     ordered = sorted(items, key=lambda item: _key_order(item[0]))
-    counters = _counters(ordered)
+    orgs, periods, counts, limits = _counters(ordered)
     parameters = (
-        [org_id for org_id, _, _, _ in counters],
-        [period for _, period, _, _ in counters],
-        [n for _, _, n, _ in counters],
-        [limit for _, _, _, limit in counters],
+        orgs,
+        periods,
+        counts,
+        limits,
         *_as_given([record for record, _ in ordered]),
         [None if quota is None else quota.period for _, quota in ordered],  # None: not counted
-        len(counters),
-        len(counters),
+        len(orgs),
+        len(orgs),
     )
     statement = _POSTGRESQL_STORE_IN_ONE_STATEMENT
     stored = {row[0] for row in conn.exec_driver_sql(statement, parameters)}
@@ -310,19 +310,21 @@ def store_in_one_statement(
 
 def _counters(
     items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]],
-) -> list[tuple[str, str, int, int | None]]:
-    """The batch's counters as (org, period, records it counts, limit), in lock order.
-    Two checks of one counter with different limits (a plan changed between two
-    decisions of the batch) are held to the lower."""
-    counters: dict[tuple[str, str], tuple[int, int | None]] = {}
-    for record, quota in items:
-        if quota is None:
-            continue
-        n, limit = counters.get((record.org_id, quota.period), (0, quota.limit))
-        if limit is None or (quota.limit is not None and quota.limit < limit):
-            limit = quota.limit
-        counters[(record.org_id, quota.period)] = (n + 1, limit)
-    return [(org, period, n, limit) for (org, period), (n, limit) in sorted(counters.items())]
+) -> tuple[list[str], list[str], list[int], list[int | None]]:
+    """The batch's counters in lock order (``_metered``), as columns: org, period, the
+    records it counts, its limit. Two checks of one counter with different limits (a
+    plan changed between two decisions of the batch) are held to the lower."""
+    orgs: list[str] = []
+    periods: list[str] = []
+    counts: list[int] = []
+    limits: list[int | None] = []
+    for (org_id, period), _, positions in _metered(items, range(len(items))):
+        given = [q.limit for q in (items[p][1] for p in positions) if q and q.limit is not None]
+        orgs.append(org_id)
+        periods.append(period)
+        counts.append(len(positions))
+        limits.append(min(given, default=None))  # None: no limit
+    return orgs, periods, counts, limits
 
 
 def _key_order(record: ExecutionRecord) -> tuple[str, str]:
