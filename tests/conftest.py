@@ -136,6 +136,16 @@ def settings(
     )
 
 
+class HandMovedClock:
+    """A monotonic clock for tests: it moves only when the test moves ``now``."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def small_plans(*, free_executes: int = 5, per_minute: int = 5_000) -> dict[str, PlanSettings]:
     """The default catalog with a free plan small enough to exhaust in a test."""
     catalog = Settings().plans

@@ -151,6 +151,17 @@ def test_a_key_stored_earlier_is_answered_with_its_prior_and_not_counted(engine:
     assert counted(engine) == 3
 
 
+def test_many_keys_of_many_orgs_are_looked_up_at_once(engine: Engine) -> None:
+    ours, theirs = record("deploy-1"), record("deploy-1", org_id=OTHER)
+    batch(engine, [(ours, None), (theirs, None), (record("deploy-2"), None)])
+
+    found = ExecutionStore(engine).by_idempotency_keys(
+        {ORG: ["deploy-1", "never-used"], OTHER: ["deploy-1", "deploy-2"]}
+    )
+
+    assert found == {(ORG, "deploy-1"): prior_of(ours), (OTHER, "deploy-1"): prior_of(theirs)}
+
+
 def test_a_key_repeated_within_a_batch_is_a_repeat_of_its_first_record(engine: Engine) -> None:
     first, repeat, other_org = record("same"), record("same"), record("same", OTHER)
     outcomes = batch(engine, [(first, quota(100)), (repeat, quota(100)), (other_org, quota(100))])

@@ -11,8 +11,15 @@ import pytest
 
 from execauth.config import Settings
 from execauth.serving.runtime import Runtime
-from execauth.tenancy.quota import month_bounds, month_period, next_month_start, quota_for
-from tests.conftest import Tenant, small_plans
+from execauth.tenancy.orgs import Plan
+from execauth.tenancy.quota import (
+    UsedUpQuotas,
+    month_bounds,
+    month_period,
+    next_month_start,
+    quota_for,
+)
+from tests.conftest import HandMovedClock, Tenant, small_plans
 
 PERMIT = {"surface": "deploy.production", "actor": "release-bot", "context": {"branch": "main"}}
 
@@ -126,3 +133,67 @@ def test_the_quota_period_is_the_utc_month_with_a_four_digit_year(
 ) -> None:
     assert month_period(moment) == period
     assert month_bounds(period)[0] == datetime(moment.year, moment.month, 1, tzinfo=UTC)
+
+
+# --- quotas a process was told are used up (UsedUpQuotas) ---------------------------------
+TEAM = Plan("team", 10, 100)
+NOV = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+def test_a_quota_refused_once_is_known_used_up() -> None:
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock())
+    used_up.remember("org_a", quota_for(TEAM, NOV))
+
+    assert used_up.holds("org_a", quota_for(TEAM, NOV))
+
+
+def test_a_used_up_quota_is_forgotten_after_the_ttl() -> None:
+    clock = HandMovedClock()
+    used_up = UsedUpQuotas(ttl=1.0, clock=clock)
+    used_up.remember("org_a", quota_for(TEAM, NOV))
+
+    clock.now += 0.999
+    assert used_up.holds("org_a", quota_for(TEAM, NOV))
+    clock.now += 0.001
+    assert not used_up.holds("org_a", quota_for(TEAM, NOV))
+
+
+def test_another_org_on_the_same_quota_is_not_known_used_up() -> None:
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock())
+    used_up.remember("org_a", quota_for(TEAM, NOV))
+
+    assert not used_up.holds("org_b", quota_for(TEAM, NOV))
+
+
+def test_the_next_month_is_not_known_used_up() -> None:
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock())
+    used_up.remember("org_a", quota_for(TEAM, datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)))
+
+    assert not used_up.holds("org_a", quota_for(TEAM, datetime(2026, 12, 1, tzinfo=UTC)))
+
+
+@pytest.mark.parametrize(
+    "plan", [Plan("team", 20, 100), Plan("business", 10, 100)], ids=["new limit", "new plan"]
+)
+def test_a_changed_plan_or_limit_is_not_known_used_up(plan: Plan) -> None:
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock())
+    used_up.remember("org_a", quota_for(TEAM, NOV))
+
+    assert not used_up.holds("org_a", quota_for(plan, NOV))
+
+
+def test_a_quota_without_a_limit_is_never_known_used_up() -> None:
+    unmetered = quota_for(Plan("unmetered", None, 100), NOV)
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock())
+    used_up.remember("org_a", unmetered)
+
+    assert not used_up.holds("org_a", unmetered)
+
+
+def test_past_its_size_the_oldest_used_up_quota_is_forgotten_first() -> None:
+    used_up = UsedUpQuotas(ttl=1.0, clock=HandMovedClock(), max_entries=2)
+    quota = quota_for(TEAM, NOV)
+    for org_id in ("org_a", "org_b", "org_c"):
+        used_up.remember(org_id, quota)
+
+    assert [used_up.holds(o, quota) for o in ("org_a", "org_b", "org_c")] == [False, True, True]

@@ -23,6 +23,7 @@ from execauth.errors import (
     IdempotencyConflict,
     QuotaExceeded,
     ServiceUnavailable,
+    SurfaceNotFound,
     Unauthorized,
 )
 from execauth.keyring import key_list_document
@@ -35,11 +36,12 @@ from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.store.tables import executions
 from execauth.tenancy.api_keys import generate_secret, hash_secret
 from execauth.tenancy.audit import PLATFORM_ADMIN
-from execauth.tenancy.quota import QuotaCheck
+from execauth.tenancy.quota import QuotaCheck, UsedUpQuotas
 from execauth.usecases.control_plane import ControlPlane
 from execauth.usecases.execute import ExecuteResult, ExecutionService, Principal
+from execauth.usecases.recent_decisions import RecentDecisions
 from execauth.verify import Verdict, parse_key_list, verify_receipt
-from tests.conftest import DEPLOY_POLICY, Database, small_plans
+from tests.conftest import DEPLOY_POLICY, Database, HandMovedClock, small_plans
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
 
@@ -64,6 +66,7 @@ def runtime(settings: Settings, database: Database) -> Iterator[Runtime]:
 class Caller:
     service: ExecutionService
     principal: Principal
+    secret: str  # the key's bearer secret
 
 
 @pytest.fixture
@@ -76,7 +79,7 @@ async def caller(runtime: Runtime) -> AsyncIterator[Caller]:
         org.org_id, name="ci", role="execute", surfaces=None, expires_at=None, actor=PLATFORM_ADMIN
     )
     await plane.publish_policy(org.org_id, "deploys", DEPLOY_POLICY, actor=PLATFORM_ADMIN)
-    yield Caller(service, await service.authenticate(f"Bearer {secret}"))
+    yield Caller(service, await service.authenticate(f"Bearer {secret}"), secret)
     service.rate_limiter.close()
 
 
@@ -364,3 +367,99 @@ async def test_a_revoked_key_is_refused_though_its_secret_was_seen(runtime: Runt
     with pytest.raises(Unauthorized):
         await service.authenticate(f"Bearer {secret}")
     service.rate_limiter.close()
+
+
+# --- a quota known to be used up (tenancy.quota.UsedUpQuotas) ----------------------------
+async def use_up_the_quota(caller: Caller, *keys: str) -> list[ExecuteResult]:
+    """The free plan's executes, under ``keys`` first, then one the writer refuses: from
+    then on the service knows the quota is used up."""
+    keyed = [staging_deploy(k) for k in keys]
+    requests = keyed + [staging_deploy() for _ in range(FREE_EXECUTES - len(keyed))]
+    results = [await caller.service.execute(caller.principal, r) for r in requests]
+    with pytest.raises(QuotaExceeded):
+        await caller.service.execute(caller.principal, staging_deploy())
+    return results
+
+
+async def test_past_a_used_up_quota_a_request_is_refused_without_being_decided(
+    caller: Caller, runtime: Runtime, watched: WatchedSink
+) -> None:
+    await use_up_the_quota(caller)
+    sent = len(watched.records)
+
+    with pytest.raises(QuotaExceeded) as refused:
+        await caller.service.execute(caller.principal, staging_deploy("deploy-20"))
+
+    assert refused.value.status == 429
+    assert len(watched.records) == sent  # neither signed nor sent to be stored
+    assert len(stored(runtime, caller.principal.org.org_id)) == FREE_EXECUTES
+
+
+async def test_past_a_used_up_quota_a_repeat_decided_elsewhere_gets_its_receipt(
+    caller: Caller, runtime: Runtime, watched: WatchedSink
+) -> None:
+    [first, _] = await use_up_the_quota(caller, "deploy-21")
+    caller.service.recent = RecentDecisions()  # as in a gateway that did not decide it
+    sent = len(watched.records)
+
+    again = await caller.service.execute(caller.principal, staging_deploy("deploy-21"))
+
+    assert (again.receipt, again.repeated) == (first.receipt, True)
+    assert len(watched.records) == sent
+    execution_id = msgspec.json.decode(first.receipt)["execution_id"]
+    assert repeats_counted(runtime, caller.principal.org.org_id, execution_id) == 1
+
+
+async def test_past_a_used_up_quota_another_request_under_a_decided_key_is_a_conflict(
+    caller: Caller,
+) -> None:
+    await use_up_the_quota(caller, "deploy-22")
+    caller.service.recent = RecentDecisions()
+    other = parse_execute_request(
+        {"surface": "deploy.staging", "action": "deploy", "payload": {"amount": 4}}, "deploy-22"
+    )
+
+    with pytest.raises(IdempotencyConflict):
+        await caller.service.execute(caller.principal, other)
+
+
+async def test_past_a_used_up_quota_an_ungoverned_surface_is_still_not_found(
+    caller: Caller,
+) -> None:
+    await use_up_the_quota(caller)
+    ungoverned = parse_execute_request({"surface": "export.customers", "action": "export"}, None)
+
+    with pytest.raises(SurfaceNotFound):
+        await caller.service.execute(caller.principal, ungoverned)
+
+
+async def test_a_plan_with_room_is_decided_though_the_old_plan_was_used_up(
+    caller: Caller,
+) -> None:
+    await use_up_the_quota(caller)
+    plane = ControlPlane(caller.service)
+    await plane.update_org(caller.principal.org.org_id, plan="standard", actor=PLATFORM_ADMIN)
+    upgraded = await caller.service.authenticate(f"Bearer {caller.secret}")
+
+    result = await caller.service.execute(upgraded, staging_deploy())
+
+    assert (result.decision, result.repeated) == ("PERMIT", False)
+
+
+async def test_a_used_up_quota_is_asked_of_the_writer_again_after_the_ttl(
+    caller: Caller, runtime: Runtime, watched: WatchedSink
+) -> None:
+    clock = HandMovedClock()
+    caller.service.used_up_quotas = UsedUpQuotas(ttl=1.0, clock=clock)
+    await use_up_the_quota(caller)
+    sent = len(watched.records)
+    with pytest.raises(QuotaExceeded):
+        await caller.service.execute(caller.principal, staging_deploy())
+    assert len(watched.records) == sent
+
+    clock.now += 1.0
+    with pytest.raises(QuotaExceeded):
+        await caller.service.execute(caller.principal, staging_deploy())
+
+    assert len(watched.records) == sent + 1  # decided and refused by the writer again
+    assert len(stored(runtime, caller.principal.org.org_id)) == FREE_EXECUTES

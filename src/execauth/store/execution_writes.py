@@ -18,7 +18,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
 from execauth.store.database import as_columns, execute_on_sqlite, in_format_style
-from execauth.store.executions import ExecutionRecord, PriorExecution, prior_execution
+from execauth.store.executions import (
+    PRIORS_POSTGRESQL,
+    PRIORS_SQLITE,
+    ExecutionRecord,
+    PriorExecution,
+    prior_execution,
+)
 from execauth.store.tables import executions
 from execauth.tenancy.quota import QuotaCheck
 
@@ -387,8 +393,7 @@ class _Statements:
 _SQLITE = _Statements(
     # An org's keys in the batch travel as one parameter (a JSON array on SQLite, an
     # array on PostgreSQL), so the text is the same whatever the batch size.
-    priors="SELECT idempotency_key, execution_id, request_digest, decision, receipt"
-    " FROM executions WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))",
+    priors=PRIORS_SQLITE,
     insert=_INSERT,
     insert_new_key=_INSERT
     + " ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id",
@@ -411,8 +416,7 @@ _POSTGRESQL = in_format_style(
     # the org's rows through its (org_id, ...) index; = ANY reads them once per batch,
     # a join would read them once per key. On PostgreSQL the writer only looks keys
     # up near a quota's limit or on a period's first write (_insert_batch_keys_first).
-    priors="SELECT idempotency_key, execution_id, request_digest, decision, receipt"
-    " FROM executions WHERE org_id = %s AND idempotency_key = ANY(%s::varchar[])",
+    priors=PRIORS_POSTGRESQL,
     # SQLite's write lock is the transaction's; on PostgreSQL, lock the counter row.
     current_count="SELECT executes FROM usage_counters WHERE org_id = %s AND period = %s"
     " FOR UPDATE",

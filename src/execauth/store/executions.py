@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -84,6 +84,15 @@ _PRIOR_SQLITE = (
     " WHERE org_id = ? AND idempotency_key = ?"
 )
 _PRIOR_POSTGRESQL = _PRIOR_SQLITE.replace("?", "%s")
+# The same for many keys of one org at once, the keys as a JSON array on SQLite.
+PRIORS_SQLITE = (
+    "SELECT idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))"
+)
+PRIORS_POSTGRESQL = (
+    "SELECT idempotency_key, execution_id, request_digest, decision, receipt"
+    " FROM executions WHERE org_id = %s AND idempotency_key = ANY(%s::varchar[])"
+)
 
 
 def executes_in_period(conn: Connection, org_id: str, period: str) -> int:
@@ -184,6 +193,25 @@ class ExecutionStore:
     def by_idempotency_key(self, org_id: str, idempotency_key: str) -> PriorExecution | None:
         with self.engine.connect() as conn:
             return prior_execution(conn, org_id, idempotency_key)
+
+    def by_idempotency_keys(
+        self, keys: Mapping[str, Collection[str]]
+    ) -> dict[tuple[str, str], PriorExecution]:
+        """What each of ``keys`` (org → its keys) stands for, one query per org; a key
+        that stands for nothing is left out."""
+        found: dict[tuple[str, str], PriorExecution] = {}
+        with self.engine.connect() as conn:
+            postgresql = conn.dialect.name == "postgresql"
+            for org_id, wanted in keys.items():
+                if postgresql:
+                    rows = conn.exec_driver_sql(PRIORS_POSTGRESQL, (org_id, list(wanted)))
+                else:
+                    rows = conn.exec_driver_sql(PRIORS_SQLITE, (org_id, json.dumps(list(wanted))))
+                for key, execution_id, digest, decision, receipt in rows:
+                    found[(org_id, key)] = PriorExecution(
+                        execution_id, digest, decision, bytes(receipt)
+                    )
+        return found
 
     def receipt_bytes(self, org_id: str, execution_id: str) -> bytes | None:
         with self.engine.connect() as conn:

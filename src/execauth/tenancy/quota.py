@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -32,6 +34,58 @@ class QuotaCheck:
             f"{format_timestamp(self.resets_at)}",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+# Enough for every limited org a process serves at once; past it, the oldest is forgotten
+# and costs one full decision to learn again.
+MAX_USED_UP_QUOTAS = 4_096
+
+
+class UsedUpQuotas:
+    """The limited quotas this process was told are used up, for a short while.
+
+    Without this, a tenant past its monthly limit costs a decision each time it asks:
+    its request is evaluated, signed and sent to the writer, which refuses it. Here the
+    writer's refusal is remembered, and the next request counting against the same quota
+    is refused before any of that (``ExecutionService``). Counters only grow within a
+    period, so what was used up stays used up; an entry still lasts only ``ttl`` seconds,
+    so that a counter lowered by hand in the database, or a refusal by another instance
+    sharing it, is followed within that time. The quota's plan, period and limit are part
+    of the key: a new month, a new plan or a new limit is a quota not known to be used up.
+    """
+
+    def __init__(
+        self,
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = MAX_USED_UP_QUOTAS,
+    ) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._max_entries = max_entries
+        self._until: dict[tuple[str, QuotaCheck], float] = {}
+
+    def remember(self, org_id: str, quota: QuotaCheck) -> None:
+        """``quota`` refused ``org_id``'s record: used up, as far as this process knows."""
+        if quota.limit is None:
+            return  # never refused; nothing to remember
+        key = (org_id, quota)
+        if key not in self._until and len(self._until) >= self._max_entries:
+            del self._until[next(iter(self._until))]  # the oldest first
+        self._until[key] = self._clock() + self._ttl
+
+    def holds(self, org_id: str, quota: QuotaCheck) -> bool:
+        """Whether ``quota`` is known to be used up for ``org_id`` (False: not known)."""
+        if not self._until:
+            return False  # every org within its limit: no key to build
+        key = (org_id, quota)
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if self._clock() >= until:
+            del self._until[key]
+            return False
+        return True
 
 
 def month_period(now: datetime) -> str:

@@ -24,6 +24,7 @@ from execauth.errors import (
     IdempotencyConflict,
     InternalError,
     PolicyInvalid,
+    QuotaExceeded,
     ReceiptIdTaken,
     SurfaceNotFound,
     Unauthorized,
@@ -50,9 +51,10 @@ from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
 from execauth.tenancy.orgs import Org, Plan
-from execauth.tenancy.quota import quota_for
+from execauth.tenancy.quota import QuotaCheck, UsedUpQuotas, quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.ttl_cache import TtlCache
+from execauth.usecases.prior_lookups import PriorLookups
 from execauth.usecases.recent_decisions import RecentDecisions
 from execauth.wire_time import epoch_millis, format_timestamp, truncate_to_millis
 
@@ -222,6 +224,8 @@ class ExecutionService:
         self.rate_limiter = rate_limiter_for(runtime.settings)
         self.approvals = ApprovalStore(runtime.engine)
         self.recent = RecentDecisions()
+        self.used_up_quotas = UsedUpQuotas(ttl)
+        self.prior_lookups = PriorLookups(runtime.executions.by_idempotency_keys)
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve ``Authorization: Bearer service_live_…`` to a usable execute key."""
@@ -292,6 +296,9 @@ class ExecutionService:
 
             plan = self._plan(org)
             now = truncate_to_millis(self.clock())
+            quota = quota_for(plan, now)
+            if self.used_up_quotas.holds(org.org_id, quota):
+                return await self._past_quota(org.org_id, request, quota, now, committed)
             evaluation_input = request.evaluation_input()
             org_facts = org.facts()
             decision = evaluate(
@@ -310,7 +317,6 @@ class ExecutionService:
         execution_id = new_execution_id(now)
         # The same for every draw of a receipt id.
         stored_json = msgspec.json.encode(stored_input).decode()
-        quota = quota_for(plan, now)
         for draw in range(1, RECEIPT_ID_DRAWS + 1):
             record = self._signed_record(
                 request, decision, policy.ref, org.org_id, execution_id, now, stored_json
@@ -323,6 +329,9 @@ class ExecutionService:
                 # Nothing was stored: the same decision, signed again under a new receipt id.
                 if draw == RECEIPT_ID_DRAWS:
                     raise
+            except QuotaExceeded:
+                self.used_up_quotas.remember(org.org_id, quota)
+                raise
         body = record.receipt
         if prior is not None:
             if committed is not None:
@@ -378,6 +387,26 @@ class ExecutionService:
             receipt=msgspec.json.encode(receipt),
             leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
         )
+
+    async def _past_quota(
+        self,
+        org_id: str,
+        request: ExecuteRequest,
+        quota: QuotaCheck,
+        now: datetime,
+        committed: Callable[[PriorExecution], None] | None,
+    ) -> ExecuteResult:
+        """A request under a quota known to be used up: refused without a decision, as the
+        writer would refuse its record, unless its key was decided before (a repeat is
+        answered whatever the quota, docs/api.md). Only a refusal or a stored receipt
+        comes out of here: nothing is evaluated, signed or stored."""
+        if request.idempotency_key is not None:
+            prior = await self.prior_lookups.prior(org_id, request.idempotency_key)
+            if prior is not None:
+                if committed is not None:
+                    committed(prior)
+                return await self._repeat(org_id, prior, request, counted=False)
+        raise quota.exceeded(now)
 
     async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
         """A repeat whose surface no longer has a policy still gets its original receipt."""
