@@ -97,14 +97,16 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 async def execute_many(
-    url: str, secret: str, count: int, *, connections: int = 16
+    url: str, secret: str, count: int, *, connections: int = 16, keys: list[str] | None = None
 ) -> list[httpx.Response]:
-    """``count`` executes over ``connections`` connections (so that both workers take some)."""
+    """``count`` executes over ``connections`` connections (so that both workers take
+    some), under the idempotency ``keys`` if given (one each)."""
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     auth = {"Authorization": f"Bearer {secret}"}
+    keyed = [auth | {"Idempotency-Key": k} for k in keys] if keys is not None else [auth] * count
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
         return await asyncio.gather(
-            *(client.post("/v1/execute", json=PERMIT, headers=auth) for _ in range(count))
+            *(client.post("/v1/execute", json=PERMIT, headers=h) for h in keyed[:count])
         )
 
 
@@ -127,6 +129,25 @@ def test_the_monthly_quota_is_exact_across_workers(service: Service) -> None:
     answers = asyncio.run(execute_many(service.url, secret, 90))
     statuses = Counter(a.status_code for a in answers)
     assert statuses == {200: 60, 429: 30}
+    assert service.stored(org_id) == 60
+
+
+def test_past_the_quota_either_worker_answers_a_repeat_with_its_receipt(
+    service: Service,
+) -> None:
+    org_id, _, secret = provision_org(service.url, ADMIN_TOKEN, plan="free")
+    decided = [f"deploy-{n}" for n in range(60)]
+    first = asyncio.run(execute_many(service.url, secret, 60, keys=decided))
+    refused = [f"late-{n}" for n in range(20)]
+    late = asyncio.run(execute_many(service.url, secret, 20, keys=refused))
+
+    again = asyncio.run(execute_many(service.url, secret, 60, keys=decided))
+
+    assert [a.status_code for a in first] == [200] * 60
+    assert [a.status_code for a in late] == [429] * 20
+    assert [a.status_code for a in again] == [200] * 60
+    assert [a.content for a in again] == [a.content for a in first]
+    assert {a.headers.get("idempotent-replayed") for a in again} == {"true"}
     assert service.stored(org_id) == 60
 
 
