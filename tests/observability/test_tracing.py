@@ -26,9 +26,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from execauth.api.app import create_app
+from execauth.config import PlanSettings, Settings
 from execauth.observability import tracing
 from execauth.serving.runtime import Runtime
-from tests.conftest import Database, Tenant, make_tenant
+from tests.conftest import ADMIN, Database, Tenant, make_tenant
 from tests.observability.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.serving import clean_env, free_port, provision_org, running_service, spawn_service
 
@@ -45,6 +46,12 @@ TRACEPARENT = f"00-{INCOMING_TRACE}-{INCOMING_SPAN}-01"
 def database(tmp_path: Path) -> Database:
     """SQLite only: the spans do not depend on the database (conftest's runs both)."""
     return Database(f"sqlite:///{tmp_path / 'execauth.db'}", None)
+
+
+@pytest.fixture
+def plans() -> dict[str, PlanSettings]:
+    """The default catalog and a plan of one execute a month, to use up."""
+    return Settings().plans | {"tiny": PlanSettings(executes_per_month=1, requests_per_minute=60)}
 
 
 @pytest.fixture(autouse=True)
@@ -299,6 +306,28 @@ async def test_a_refused_key_is_an_error_on_authenticate_not_on_the_server_span(
     assert set(spans) == {"execute", "authenticate"}
     assert spans["authenticate"].status.status_code is StatusCode.ERROR
     # A 4xx is the client's doing (semantic conventions for server spans).
+    assert spans["execute"].status.status_code is StatusCode.UNSET
+
+
+async def test_a_quota_known_used_up_is_an_error_on_evaluate_with_no_sign_or_commit(
+    traced_client: httpx.AsyncClient, tenant: Tenant, exporter: InMemorySpanExporter
+) -> None:
+    plan = await traced_client.patch(
+        f"/console/v1/orgs/{tenant.org_id}", json={"plan": "tiny"}, headers=ADMIN
+    )
+    assert plan.status_code == 200, plan.text
+    answers = [
+        (await traced_client.post("/v1/execute", json=PERMIT, headers=tenant.auth)).status_code
+        for _ in range(3)
+    ]
+    exporter.clear()
+
+    response = await traced_client.post("/v1/execute", json=PERMIT, headers=tenant.auth)
+
+    assert (answers, response.status_code) == ([200, 429, 429], 429)
+    spans = by_name(exporter.get_finished_spans())
+    assert set(spans) == {"execute", "authenticate", "rate_limit", "evaluate"}
+    assert spans["evaluate"].status.status_code is StatusCode.ERROR
     assert spans["execute"].status.status_code is StatusCode.UNSET
 
 

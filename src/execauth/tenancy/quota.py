@@ -49,9 +49,9 @@ class UsedUpQuotas:
     writer's refusal is remembered, and the next request counting against the same quota
     is refused before any of that (``ExecutionService``). Counters only grow within a
     period, so what was used up stays used up; an entry still lasts only ``ttl`` seconds,
-    so that a counter lowered by hand in the database, or a refusal by another instance
-    sharing it, is followed within that time. The quota's plan, period and limit are part
-    of the key: a new month, a new plan or a new limit is a quota not known to be used up.
+    so that a counter lowered by hand in the database is followed within that time. The
+    quota's plan, period and limit are part of the key: a new month, a new plan or a new
+    limit is a quota not known to be used up.
     """
 
     def __init__(
