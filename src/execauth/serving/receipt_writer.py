@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import queue
 import threading
 import time
@@ -53,7 +54,7 @@ from execauth.store.execution_writes import (
     store_in_one_statement,
 )
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat, count_repeats
-from execauth.tenancy.quota import QuotaCheck
+from execauth.tenancy.quota import QuotaCheck, UsedUpQuotas
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,6 @@ class _Pending:
     quota: QuotaCheck | None
     loop: asyncio.AbstractEventLoop
     settle: Settle
-
-
-_FULL_QUOTAS_KEPT = 4096
-
-
-def _quota_of(pending: _Pending) -> tuple[str, str, int | None] | None:
-    """The quota ``pending`` counts against, as ``ReceiptWriter._full_quotas`` keys it."""
-    if pending.quota is None:
-        return None
-    return (pending.record.org_id, pending.quota.period, pending.quota.limit)
 
 
 class ReceiptWriter:
@@ -105,13 +96,11 @@ class ReceiptWriter:
         # stores (store_in_one_statement); SQLite has one write lock and no round trips to save.
         self._one_statement = engine.dialect.name == "postgresql"
         self._autocommit: Connection | None = None
-        # (org, period, limit) of quotas a batch found used up: a batch that counts one
-        # of them skips the one statement, which could only store nothing before the
-        # transaction refuses the record; a tenant past its limit costs no more than it
-        # did before limits went through the one statement. A count only grows within a
-        # period, so an entry stays true; the set is emptied when it grows past
-        # _FULL_QUOTAS_KEPT (entries of past months), at worst one wasted statement each.
-        self._full_quotas: set[tuple[str, str, int | None]] = set()
+        # Quotas a batch found used up: a batch that counts one of them skips the one
+        # statement, which could only store nothing before the transaction refuses the
+        # record. An entry never expires (a count only grows within a period); past the
+        # memory's size the oldest is forgotten, at worst one wasted statement each.
+        self._used_up = UsedUpQuotas(ttl=math.inf)
         # start_on_loop: the loop that commits, and what it read this turn.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read: list[_Pending] = []
@@ -282,8 +271,8 @@ class ReceiptWriter:
         outcomes: list[_Outcome] = []
         for pending, result in zip(batch, results, strict=True):
             if isinstance(result, QuotaExhausted):
-                assert pending.quota is not None
-                self._remember_full(pending)
+                assert pending.quota is not None  # only a counted record is refused
+                self._used_up.remember(pending.record.org_id, pending.quota)
                 outcomes.append((pending, None, pending.quota.exceeded(_decided_at(pending))))
             else:
                 outcomes.append((pending, result, None))
@@ -319,14 +308,9 @@ class ReceiptWriter:
 
     def _counts_a_full_quota(self, batch: list[_Pending]) -> bool:
         # Usually no quota is full: no lookup per record then.
-        return bool(self._full_quotas) and any(_quota_of(p) in self._full_quotas for p in batch)
-
-    def _remember_full(self, pending: _Pending) -> None:
-        quota = _quota_of(pending)
-        assert quota is not None  # only a record counted against a quota is refused
-        if len(self._full_quotas) >= _FULL_QUOTAS_KEPT:
-            self._full_quotas.clear()
-        self._full_quotas.add(quota)
+        return bool(self._used_up) and any(
+            p.quota is not None and self._used_up.holds(p.record.org_id, p.quota) for p in batch
+        )
 
     def _settle_stored(self, batch: list[_Pending], stored: set[str]) -> None:
         """Answer the records one statement stored (committed); those whose keys were

@@ -7,7 +7,6 @@ the reads are in ``store/executions.py``.
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,11 +18,10 @@ from sqlalchemy.exc import IntegrityError
 
 from execauth.store.database import as_columns, execute_on_sqlite, in_format_style
 from execauth.store.executions import (
-    PRIORS_POSTGRESQL,
-    PRIORS_SQLITE,
     ExecutionRecord,
     PriorExecution,
     prior_execution,
+    prior_executions,
 )
 from execauth.store.tables import executions
 from execauth.tenancy.quota import QuotaCheck
@@ -164,7 +162,7 @@ def _insert_batch_priors_first(
     """Look the batch's keys up, grant the quota to the rest, insert those."""
     outcomes: list[WriteOutcome] = [None] * len(items)
     first, repeats = _first_occurrences(items)
-    priors = _priors(conn, sql, items)
+    priors = _priors(conn, items)
     fresh: list[int] = []
     for position in first:
         record = items[position][0]
@@ -379,7 +377,6 @@ _INSERT = (
 class _Statements:
     """One dialect's statements, written with SQLite's ``?`` placeholders."""
 
-    priors: str  # (org_id, its keys in the batch) -> (key, prior execution) of those taken
     insert: str  # a record's columns, in _COLUMNS order
     insert_new_key: str  # the same, or nothing when the key is taken; RETURNING
     count_if_within: str  # (n, org, period, n, limit): add n if the total stays within limit
@@ -391,9 +388,6 @@ class _Statements:
 
 
 _SQLITE = _Statements(
-    # An org's keys in the batch travel as one parameter (a JSON array on SQLite, an
-    # array on PostgreSQL), so the text is the same whatever the batch size.
-    priors=PRIORS_SQLITE,
     insert=_INSERT,
     insert_new_key=_INSERT
     + " ON CONFLICT (org_id, idempotency_key) DO NOTHING RETURNING execution_id",
@@ -411,12 +405,6 @@ _SQLITE = _Statements(
 )
 _POSTGRESQL = in_format_style(
     _SQLITE,
-    # Per org and with = ANY, not one join of every (org, key) pair: planned without
-    # statistics (a new table, autovacuum off), PostgreSQL may cache a plan that reads
-    # the org's rows through its (org_id, ...) index; = ANY reads them once per batch,
-    # a join would read them once per key. On PostgreSQL the writer only looks keys
-    # up near a quota's limit or on a period's first write (_insert_batch_keys_first).
-    priors=PRIORS_POSTGRESQL,
     # SQLite's write lock is the transaction's; on PostgreSQL, lock the counter row.
     current_count="SELECT executes FROM usage_counters WHERE org_id = %s AND period = %s"
     " FOR UPDATE",
@@ -499,22 +487,16 @@ def _run(
 
 
 def _priors(
-    conn: Connection,
-    sql: _Statements,
-    items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]],
+    conn: Connection, items: Sequence[tuple[ExecutionRecord, QuotaCheck | None]]
 ) -> dict[tuple[str, str], PriorExecution]:
+    """What the batch's keys already stand for (store/executions.py, ``prior_executions``;
+    on PostgreSQL the writer looks keys up only near a quota's limit or on a period's
+    first write, ``_insert_batch_keys_first``)."""
     keys: dict[str, set[str]] = {}
     for record, _ in items:
         if record.idempotency_key is not None:
             keys.setdefault(record.org_id, set()).add(record.idempotency_key)
-    found: dict[tuple[str, str], PriorExecution] = {}
-    for org_id, wanted in keys.items():
-        batch_keys = list(wanted) if sql is _POSTGRESQL else json.dumps(list(wanted))
-        for key, execution_id, digest, decision, receipt in _rows(
-            conn, sql, sql.priors, (org_id, batch_keys)
-        ):
-            found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
-    return found
+    return prior_executions(conn, keys)
 
 
 def _grant(conn: Connection, sql: _Statements, org_id: str, quota: QuotaCheck, wanted: int) -> int:

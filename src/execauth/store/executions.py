@@ -84,12 +84,17 @@ _PRIOR_SQLITE = (
     " WHERE org_id = ? AND idempotency_key = ?"
 )
 _PRIOR_POSTGRESQL = _PRIOR_SQLITE.replace("?", "%s")
-# The same for many keys of one org at once, the keys as a JSON array on SQLite.
-PRIORS_SQLITE = (
+# The same for many keys of one org at once: the keys travel as one parameter (a JSON
+# array on SQLite, an array on PostgreSQL), so the text is the same whatever their
+# number. Per org and with = ANY, not one join of every (org, key) pair: planned without
+# statistics (a new table, autovacuum off), PostgreSQL may cache a plan that reads the
+# org's rows through its (org_id, ...) index; = ANY reads them once per query, a join
+# would read them once per key.
+_PRIORS_SQLITE = (
     "SELECT idempotency_key, execution_id, request_digest, decision, receipt"
     " FROM executions WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))"
 )
-PRIORS_POSTGRESQL = (
+_PRIORS_POSTGRESQL = (
     "SELECT idempotency_key, execution_id, request_digest, decision, receipt"
     " FROM executions WHERE org_id = %s AND idempotency_key = ANY(%s::varchar[])"
 )
@@ -108,6 +113,25 @@ def prior_execution(conn: Connection, org_id: str, idempotency_key: str) -> Prio
     sql = _PRIOR_POSTGRESQL if conn.dialect.name == "postgresql" else _PRIOR_SQLITE
     row = conn.exec_driver_sql(sql, (org_id, idempotency_key)).first()
     return PriorExecution(row[0], row[1], row[2], bytes(row[3])) if row is not None else None
+
+
+def prior_executions(
+    conn: Connection, keys: Mapping[str, Collection[str]]
+) -> dict[tuple[str, str], PriorExecution]:
+    """What each of ``keys`` (org → its keys) stands for, one query per org, in ``conn``'s
+    transaction; a key that stands for nothing is left out. On SQLite through ``sqlite3``
+    itself, as the writer's other statements (``execute_on_sqlite``)."""
+    found: dict[tuple[str, str], PriorExecution] = {}
+    postgresql = conn.dialect.name == "postgresql"
+    for org_id, wanted in keys.items():
+        if postgresql:
+            rows = conn.exec_driver_sql(_PRIORS_POSTGRESQL, (org_id, list(wanted))).all()
+        else:
+            parameters = (org_id, json.dumps(list(wanted)))
+            rows = execute_on_sqlite(conn, _PRIORS_SQLITE, parameters).fetchall()
+        for key, execution_id, digest, decision, receipt in rows:
+            found[(org_id, key)] = PriorExecution(execution_id, digest, decision, bytes(receipt))
+    return found
 
 
 def count_repeats(conn: Connection, repeats: Sequence[Repeat]) -> None:
@@ -190,28 +214,12 @@ class ExecutionStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def by_idempotency_key(self, org_id: str, idempotency_key: str) -> PriorExecution | None:
-        with self.engine.connect() as conn:
-            return prior_execution(conn, org_id, idempotency_key)
-
     def by_idempotency_keys(
         self, keys: Mapping[str, Collection[str]]
     ) -> dict[tuple[str, str], PriorExecution]:
-        """What each of ``keys`` (org → its keys) stands for, one query per org; a key
-        that stands for nothing is left out."""
-        found: dict[tuple[str, str], PriorExecution] = {}
+        """``prior_executions`` on a connection of its own."""
         with self.engine.connect() as conn:
-            postgresql = conn.dialect.name == "postgresql"
-            for org_id, wanted in keys.items():
-                if postgresql:
-                    rows = conn.exec_driver_sql(PRIORS_POSTGRESQL, (org_id, list(wanted)))
-                else:
-                    rows = conn.exec_driver_sql(PRIORS_SQLITE, (org_id, json.dumps(list(wanted))))
-                for key, execution_id, digest, decision, receipt in rows:
-                    found[(org_id, key)] = PriorExecution(
-                        execution_id, digest, decision, bytes(receipt)
-                    )
-        return found
+            return prior_executions(conn, keys)
 
     def receipt_bytes(self, org_id: str, execution_id: str) -> bytes | None:
         with self.engine.connect() as conn:

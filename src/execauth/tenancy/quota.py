@@ -44,12 +44,15 @@ MAX_USED_UP_QUOTAS = 4_096
 class UsedUpQuotas:
     """The limited quotas this process was told are used up, for a short while.
 
-    Without this, a tenant past its monthly limit costs a decision each time it asks:
-    its request is evaluated, signed and sent to the writer, which refuses it. Here the
-    writer's refusal is remembered, and the next request counting against the same quota
-    is refused before any of that (``ExecutionService``). Counters only grow within a
-    period, so what was used up stays used up; an entry still lasts only ``ttl`` seconds,
-    so that a counter lowered by hand in the database is followed within that time. The
+    Two places keep one. A gateway (``ExecutionService``) remembers the writer's refusals,
+    so that the next request counting against the same quota is refused before it is
+    evaluated, signed and sent to the writer; a tenant past its monthly limit would
+    otherwise cost a decision each time it asks. The writer (``ReceiptWriter``) remembers
+    the quotas its transaction found used up, so that a batch counting against one skips
+    the one statement, which could only store nothing. Counters only grow within a
+    period, so what was used up stays used up; the gateway's entries still last only
+    ``ttl`` seconds, so that a counter lowered by hand in the database is followed
+    within that time (the writer's only choose its fast path, and never expire). The
     quota's plan, period and limit are part of the key: a new month, a new plan or a new
     limit is a quota not known to be used up.
     """
@@ -64,6 +67,9 @@ class UsedUpQuotas:
         self._clock = clock
         self._max_entries = max_entries
         self._until: dict[tuple[str, QuotaCheck], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._until)
 
     def remember(self, org_id: str, quota: QuotaCheck) -> None:
         """``quota`` refused ``org_id``'s record: used up, as far as this process knows."""

@@ -51,7 +51,7 @@ from execauth.store.control import ControlStore, StoredPolicy
 from execauth.store.executions import ExecutionRecord, PriorExecution, Repeat
 from execauth.tenancy.api_keys import ApiKey, KeyMatch, hash_secret, is_well_formed_secret
 from execauth.tenancy.orgs import Org, Plan
-from execauth.tenancy.quota import QuotaCheck, UsedUpQuotas, quota_for
+from execauth.tenancy.quota import UsedUpQuotas, quota_for
 from execauth.tenancy.rate_limits import OrgRateLimiter, RateLimitState
 from execauth.ttl_cache import TtlCache
 from execauth.usecases.prior_lookups import PriorLookups
@@ -288,7 +288,7 @@ class ExecutionService:
             policy_set = await self.policies.policy_set(org.org_id)
             selected = policy_set.select(request.surface)
             if selected is None:
-                repeated = await self._stored_repeat(org.org_id, request)
+                repeated = await self._stored_repeat(org.org_id, request, committed)
                 if repeated is not None:
                     return repeated
                 raise SurfaceNotFound(f"no policy governs surface {request.surface!r}")
@@ -298,7 +298,12 @@ class ExecutionService:
             now = truncate_to_millis(self.clock())
             quota = quota_for(plan, now)
             if self.used_up_quotas.holds(org.org_id, quota):
-                return await self._past_quota(org.org_id, request, quota, now, committed)
+                # Refused as the writer would refuse the record, without a decision; a
+                # key decided before still gets its receipt, whatever the quota.
+                repeated = await self._stored_repeat(org.org_id, request, committed)
+                if repeated is not None:
+                    return repeated
+                raise quota.exceeded(now)
             evaluation_input = request.evaluation_input()
             org_facts = org.facts()
             decision = evaluate(
@@ -388,35 +393,23 @@ class ExecutionService:
             leaf_hash=leaf_hash(payload),  # the sequencer's leaf, from the signed bytes
         )
 
-    async def _past_quota(
+    async def _stored_repeat(
         self,
         org_id: str,
         request: ExecuteRequest,
-        quota: QuotaCheck,
-        now: datetime,
         committed: Callable[[PriorExecution], None] | None,
-    ) -> ExecuteResult:
-        """A request under a quota known to be used up: refused without a decision, as the
-        writer would refuse its record, unless its key was decided before (a repeat is
-        answered whatever the quota, docs/api.md). Only a refusal or a stored receipt
-        comes out of here: nothing is evaluated, signed or stored."""
-        if request.idempotency_key is not None:
-            prior = await self.prior_lookups.prior(org_id, request.idempotency_key)
-            if prior is not None:
-                if committed is not None:
-                    committed(prior)
-                return await self._repeat(org_id, prior, request, counted=False)
-        raise quota.exceeded(now)
-
-    async def _stored_repeat(self, org_id: str, request: ExecuteRequest) -> ExecuteResult | None:
-        """A repeat whose surface no longer has a policy still gets its original receipt."""
+    ) -> ExecuteResult | None:
+        """A repeat answered from the store, where no decision is made: its surface has no
+        policy any more, or its quota is known to be used up. The keys asked for during
+        one turn of the loop are read together (usecases/prior_lookups.py); ``committed``
+        is told what the key stands for."""
         if request.idempotency_key is None:
             return None
-        prior = await anyio.to_thread.run_sync(
-            self.runtime.executions.by_idempotency_key, org_id, request.idempotency_key
-        )
+        prior = await self.prior_lookups.prior(org_id, request.idempotency_key)
         if prior is None:
             return None
+        if committed is not None:
+            committed(prior)
         return await self._repeat(org_id, prior, request, counted=False)
 
     async def _repeat(

@@ -1,11 +1,12 @@
 """What idempotency keys stand for in the store, read for many requests at once.
 
 A request past a used-up quota is refused without a decision, unless its key was
-decided before (``ExecutionService._past_quota``): only the store can tell. Read one
+decided before (``ExecutionService._stored_repeat``): only the store can tell. Read one
 by one, each such request cost a trip to a thread and a query of its own, more than
 the decision it saves (on PostgreSQL a round trip per request: docs/performance.md,
 "The used-up quota round"). Here the keys asked for during one turn of the event loop
-are read together: one trip to a thread, one query per organization.
+are read together: one trip to a thread, one query per organization
+(``store.executions.prior_executions``, the writer's own lookup of a batch's keys).
 """
 
 from __future__ import annotations
