@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ class AnswersAtOnce:
         return None
 
 
-def _scope(secret: str, idempotency_key: str) -> dict[str, Any]:
+def execute_scope(secret: str, idempotency_key: str) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -99,15 +100,25 @@ def _scope(secret: str, idempotency_key: str) -> dict[str, Any]:
     }
 
 
-async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def provisioned_app(
+    workdir: Path, *, workers: int, decision_log: str
+) -> AsyncIterator[tuple[Any, Any, str]]:
+    """A gateway's ASGI app as ``serve --workers N`` builds it, its lifespan running, with
+    an organization on the ``bench`` plan, an execute key and ``bench/policy.yaml``
+    published through the console API: (app, runtime, the key's secret). With
+    ``workers=1`` the app commits through the in-process writer, as ``serve --workers 1``
+    does; bench/path_length.py follows one execute through it."""
+    metrics_dir = workdir / "metrics"
+    metrics_dir.mkdir()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # as serve --workers N
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client loads.
     import httpx
 
     from execauth.api.app import create_app
     from execauth.config import PlanSettings, Settings
     from execauth.observability.logs import setup_logging
-    from execauth.serving.runtime import bootstrap, freeze_startup_objects
-    from execauth.serving.write_path import WritePath
+    from execauth.serving.runtime import bootstrap
 
     plans = Settings().plans
     plans["bench"] = PlanSettings(unmetered=True, requests_per_minute=100_000_000)
@@ -118,7 +129,7 @@ async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str)
         issuer=ISSUER,
         secret_key_file=workdir / "unused.key",
         plans=plans,
-        workers=2,  # as a gateway of serve --workers 2 (the rate limiter's share)
+        workers=workers,  # as a gateway of serve --workers N (the rate limiter's share)
         decision_log=str(workdir / "decisions.log") if decision_log == "file" else decision_log,
         sequencer_interval_seconds=3600,
         streaming_enabled=False,
@@ -140,7 +151,18 @@ async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str)
             published = await client.put(f"/console/v1/orgs/{org_id}/policies/bench",
                                          content=policy, headers=admin)  # fmt: skip
             published.raise_for_status()
-        secret = key.raise_for_status().json()["api_key"]
+        yield app, runtime, key.raise_for_status().json()["api_key"]
+
+
+async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str) -> dict[str, Any]:
+    from execauth.serving.runtime import freeze_startup_objects
+    from execauth.serving.write_path import WritePath
+
+    async with provisioned_app(workdir, workers=2, decision_log=decision_log) as (
+        app,
+        runtime,
+        secret,
+    ):
         sink = runtime.write_path
         runtime.write_path = WritePath(AnswersAtOnce(), None, sink.sequencer, None)
         freeze_startup_objects()  # as a worker does once started
@@ -159,7 +181,7 @@ async def _measure(requests: int, rounds: int, workdir: Path, decision_log: str)
             nonlocal counter
             counter += 1
             sent.clear()
-            await app(_scope(secret, f"in-process-{counter}"), receive, send)
+            await app(execute_scope(secret, f"in-process-{counter}"), receive, send)
             # One turn of the event loop per request, as a server's loop turns for the
             # socket's I/O: what the app scheduled for "soon" runs, and is counted.
             await asyncio.sleep(0)
@@ -211,13 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="execauth-in-process-") as scratch:
-        workdir = Path(scratch)
-        metrics_dir = workdir / "metrics"
-        metrics_dir.mkdir()
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # as serve --workers N
         import uvloop
 
-        result = uvloop.run(_measure(args.requests, args.rounds, workdir, args.decision_log))
+        result = uvloop.run(_measure(args.requests, args.rounds, Path(scratch), args.decision_log))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "timestamp": stamp,

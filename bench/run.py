@@ -491,6 +491,33 @@ def counters_by_process(pid: int) -> dict[str, tuple[float, float, int]]:
     return counters
 
 
+def connections_by_process(pid: int, port: int) -> dict[str, int]:
+    """Per process (``pid`` and each descendant), by the title ``counters_by_process``
+    gives it: the established TCP connections it holds on the server's ``port``. wrk
+    opens its connections when it starts and keeps them, so this split, taken during a
+    run, is how the load was shared between the gateways for the whole run (uvicorn's
+    workers accept from one shared socket, first come, first served)."""
+    established: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] == "01":  # 01: ESTABLISHED
+                    established.add(f"socket:[{fields[9]}]")
+    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            held += os.readlink(fd) in established
+    counts = {f"{name} [{pid}]": held} if held else {}
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError):  # a child that ended meanwhile
+            counts.update(connections_by_process(child, port))
+    return counts
+
+
 def child_pids(pid: int) -> list[int]:
     children: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -507,7 +534,17 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
     cpu_before = cpu_seconds(server.process.pid)
     system_before = cpu_seconds(server.process.pid, system_only=True)
     by_process_before = counters_by_process(server.process.pid)
-    raw = run_wrk(server.url, script, load, load.duration, env_extra)
+    connections: dict[str, int] = {}
+    port = urlsplit(server.url).port or 80
+    halfway = threading.Timer(
+        load.duration / 2,
+        lambda: connections.update(connections_by_process(server.process.pid, port)),
+    )
+    halfway.start()
+    try:
+        raw = run_wrk(server.url, script, load, load.duration, env_extra)
+    finally:
+        halfway.cancel()
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
     system_used = cpu_seconds(server.process.pid, system_only=True) - system_before
     by_process = {
@@ -553,6 +590,9 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
             for name, counters in sorted(by_process.items())
             if counters[2] > 0
         },
+        # The client's connections each process held halfway through the run: how the
+        # gateways shared the load (docs/performance.md, "The fast-state round").
+        "server_connections_by_process": connections,
         "non_2xx": errors["status"],
         "socket_errors": errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
         "wrk": raw,
@@ -573,6 +613,11 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         f"{server.name}: µs per request waiting for a core: "
         + ", ".join(f"{name} {us:.0f}" for name, us in waits.items())
     )
+    if len(connections) > 1:
+        log(
+            f"{server.name}: connections held halfway: "
+            + ", ".join(f"{name} {count}" for name, count in connections.items())
+        )
     written = row["server_disk_write_kib_per_request_by_process"]
     if written:
         log(
