@@ -935,6 +935,9 @@ def main() -> int:
             parser.error(f"--set takes EXECAUTH_NAME=VALUE, not {setting!r}")
         EXTRA_SETTINGS[name] = value
     targets = {t.strip() for t in args.targets.split(",") if t.strip()}
+    if unknown := targets - {"execauth", "baseline", "cerbos"}:
+        # execauth on PostgreSQL is --postgres with the execauth target, not a target.
+        parser.error(f"--targets: unknown {', '.join(sorted(unknown))} (execauth,baseline,cerbos)")
     if shutil.which("wrk") is None and targets:
         log("wrk is not installed: apt-get install -y wrk")
         return 2
