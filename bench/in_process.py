@@ -256,10 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    # This checkout's source, unless PYTHONPATH names the source to measure: the
-    # alternated pairs of docs/performance.md run a copy of the code before a change
-    # that way, and a checkout put ahead of it would be measured against itself.
+def checkout_source_first() -> None:
+    """Import this checkout's source, unless PYTHONPATH names the source to measure: the
+    alternated pairs of docs/performance.md run a copy of the code before a change that
+    way, and a checkout put ahead of it would be measured against itself."""
     if not os.environ.get("PYTHONPATH"):
         sys.path.insert(0, str(ROOT / "src"))
+
+
+if __name__ == "__main__":
+    checkout_source_first()
     raise SystemExit(main())

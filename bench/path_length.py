@@ -21,7 +21,6 @@ timing; the counts do not depend on the machine.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import threading
@@ -30,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from in_process import BODY, ROOT, execute_scope, provisioned_app
+from in_process import BODY, checkout_source_first, execute_scope, provisioned_app
 
 WARM_UP = 50  # executes before the traced one: caches filled, as on a serving gateway
 
@@ -88,8 +87,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    # This checkout's source, unless PYTHONPATH names the source to count (the version
-    # before a change, as bench/in_process.py measures it).
-    if not os.environ.get("PYTHONPATH"):
-        sys.path.insert(0, str(ROOT / "src"))
+    checkout_source_first()
     raise SystemExit(main())

@@ -472,8 +472,7 @@ def counters_by_process(pid: int) -> dict[str, tuple[float, float, int]]:
     for it); bytes it had written to storage (``/proc/PID/io``: the database's WAL,
     checkpoints, logs)."""
     own = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
+    name = process_name(pid)
     cpu = (int(own[11]) + int(own[12])) / os.sysconf("SC_CLK_TCK")
     waited = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -491,9 +490,16 @@ def counters_by_process(pid: int) -> dict[str, tuple[float, float, int]]:
     return counters
 
 
+def process_name(pid: int) -> str:
+    """A process's title if it set one (``execauth: writer``, ``execauth: gateway 1/2``;
+    docs/observability.md), else its program's name."""
+    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    return title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
+
+
 def connections_by_process(pid: int, port: int) -> dict[str, int]:
-    """Per process (``pid`` and each descendant), by the title ``counters_by_process``
-    gives it: the established TCP connections it holds on the server's ``port``. wrk
+    """Per process (``pid`` and each descendant), by ``process_name``: the established
+    TCP connections it holds on the server's ``port``. wrk
     opens its connections when it starts and keeps them, so this split, taken during a
     run, is how the load was shared between the gateways for the whole run (uvicorn's
     workers accept from one shared socket, first come, first served)."""
@@ -505,13 +511,11 @@ def connections_by_process(pid: int, port: int) -> dict[str, int]:
                 local_port = int(fields[1].rsplit(":", 1)[1], 16)
                 if local_port == port and fields[3] == "01":  # 01: ESTABLISHED
                     established.add(f"socket:[{fields[9]}]")
-    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    name = title if title.startswith("execauth:") else Path(title.split(" ", 1)[0]).name
     held = 0
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):  # closed meanwhile
             held += os.readlink(fd) in established
-    counts = {f"{name} [{pid}]": held} if held else {}
+    counts = {f"{process_name(pid)} [{pid}]": held} if held else {}
     for child in child_pids(pid):
         with contextlib.suppress(OSError):  # a child that ended meanwhile
             counts.update(connections_by_process(child, port))
@@ -545,6 +549,7 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         raw = run_wrk(server.url, script, load, load.duration, env_extra)
     finally:
         halfway.cancel()
+        halfway.join()  # a count taken as wrk ended is complete before it is read
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
     system_used = cpu_seconds(server.process.pid, system_only=True) - system_before
     by_process = {

@@ -307,8 +307,8 @@ class ReceiptWriter:
         return stored
 
     def _counts_a_full_quota(self, batch: list[_Pending]) -> bool:
-        # Usually no quota is full: no lookup per record then.
-        return bool(self._used_up) and any(
+        # Usually no quota is full: holds() then answers without building a key.
+        return any(
             p.quota is not None and self._used_up.holds(p.record.org_id, p.quota) for p in batch
         )
 

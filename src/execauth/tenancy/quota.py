@@ -68,9 +68,6 @@ class UsedUpQuotas:
         self._max_entries = max_entries
         self._until: dict[tuple[str, QuotaCheck], float] = {}
 
-    def __len__(self) -> int:
-        return len(self._until)
-
     def remember(self, org_id: str, quota: QuotaCheck) -> None:
         """``quota`` refused ``org_id``'s record: used up, as far as this process knows."""
         if quota.limit is None:
