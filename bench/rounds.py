@@ -146,6 +146,10 @@ MEASURES: list[tuple[str, Reader]] = [
     ("req/s, execauth / cerbos (target 1: >= 1.0)", _ratio("execauth/cerbos", "rps")),
     ("CPU us a request, execauth", _result("execauth", "server_cpu_us_per_request")),
     ("CPU us a request, cerbos", _result("cerbos", "server_cpu_us_per_request")),
+    # Cores no process used during each target's run (percent of one core): what a server
+    # bound by a serial stage leaves, where one bound by its cores leaves none.
+    ("idle cores %, execauth's run", _result("execauth", "machine_idle_percent")),
+    ("idle cores %, cerbos's run", _result("cerbos", "machine_idle_percent")),
     ("p99 at saturation, execauth / cerbos (target 2: <= 2.0)", _ratio("execauth/cerbos", "p99")),
     ("p99 at 25 % of the peak, execauth / cerbos", _fixed_rate_p99(0.25)),
     ("p99 at 50 % of the peak, execauth / cerbos (target 2: <= 1.0)", _fixed_rate_p99(0.5)),

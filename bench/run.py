@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -522,6 +523,35 @@ def connections_by_process(pid: int, port: int) -> dict[str, int]:
     return counts
 
 
+def machine_cpu_seconds(stat_text: str) -> dict[str, float]:
+    """All cores' seconds since boot, from ``/proc/stat``'s ``cpu`` line: ``busy``
+    (running anything, the kernel included), ``idle``, ``iowait`` (idle while a disk
+    request was pending: an fsync waited for with nothing else to run) and ``steal``
+    (the hypervisor ran something else on the core: a VM's speed that moves).
+    ``guest`` and ``guest_nice`` are left out: ``user`` and ``nice`` include them.
+    """
+    for line in stat_text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            user, nice, system, idle, iowait, irq, softirq, steal = (
+                int(value) / os.sysconf("SC_CLK_TCK") for value in fields[1:9]
+            )
+            return {
+                "busy": user + nice + system + irq + softirq,
+                "idle": idle,
+                "iowait": iowait,
+                "steal": steal,
+            }
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def waited_children_cpu_seconds() -> float:
+    """User + system CPU of this process's children that have ended and been waited
+    for: around one ``subprocess.run`` of wrk, what the load generator itself used."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child_pids(pid: int) -> list[int]:
     children: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -544,12 +574,19 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         load.duration / 2,
         lambda: connections.update(connections_by_process(server.process.pid, port)),
     )
+    machine_before = machine_cpu_seconds(Path("/proc/stat").read_text())
+    load_tool_before = waited_children_cpu_seconds()
+    window_started = time.monotonic()
     halfway.start()
     try:
         raw = run_wrk(server.url, script, load, load.duration, env_extra)
     finally:
         halfway.cancel()
         halfway.join()  # a count taken as wrk ended is complete before it is read
+    window = time.monotonic() - window_started
+    load_tool_used = waited_children_cpu_seconds() - load_tool_before
+    machine_after = machine_cpu_seconds(Path("/proc/stat").read_text())
+    machine = {kind: machine_after[kind] - machine_before[kind] for kind in machine_after}
     cpu_used = cpu_seconds(server.process.pid) - cpu_before
     system_used = cpu_seconds(server.process.pid, system_only=True) - system_before
     by_process = {
@@ -598,6 +635,20 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         # The client's connections each process held halfway through the run: how the
         # gateways shared the load (docs/performance.md, "The fast-state round").
         "server_connections_by_process": connections,
+        # The whole machine over the same window (wrk's start and exit included), in
+        # percent of one core like server_cpu_percent: what the load generator used, what
+        # other processes used (PostgreSQL on --postgres, the kernel's threads), and what
+        # no process used (plain idle, and idle with a disk write pending), and what the
+        # hypervisor took. Idle cores while the server is the bound mean its requests
+        # wait on something other than a core (docs/performance.md).
+        "load_tool_cpu_percent": 100 * load_tool_used / window,
+        "load_tool_cpu_us_per_request": 1e6 * load_tool_used * per_request,
+        "machine_other_cpu_percent": 100
+        * max(machine["busy"] - load_tool_used - cpu_used, 0.0)
+        / window,
+        "machine_idle_percent": 100 * machine["idle"] / window,
+        "machine_iowait_percent": 100 * machine["iowait"] / window,
+        "machine_steal_percent": 100 * machine["steal"] / window,
         "non_2xx": errors["status"],
         "socket_errors": errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
         "wrk": raw,
@@ -612,6 +663,13 @@ def measure(server: Server, script: str, load: Load, env_extra: dict[str, str]) 
         f"{server.name}: CPU µs per request by process: "
         + ", ".join(f"{name} {us:.0f}" for name, us in split.items())
         + f"; in the kernel (all processes) {row['server_system_cpu_us_per_request']:.0f}"
+    )
+    log(
+        f"{server.name}: the machine's cores over the run: server "
+        f"{row['server_cpu_percent']:.0f} %, load tool {row['load_tool_cpu_percent']:.0f} %, "
+        f"other {row['machine_other_cpu_percent']:.0f} %, idle {row['machine_idle_percent']:.0f} % "
+        f"(+ {row['machine_iowait_percent']:.0f} % waiting for the disk), taken by the "
+        f"hypervisor {row['machine_steal_percent']:.0f} %"
     )
     waits = row["server_runqueue_wait_us_per_request_by_process"]
     log(

@@ -67,6 +67,17 @@ def test_the_median_is_of_the_runs_that_measured_it(
     assert measures[POSTGRES]["median"] == postgres
 
 
+def test_each_targets_idle_cores_are_read_from_its_own_run(
+    rounds: ModuleType, report: dict[str, Any]
+) -> None:
+    for row, idle in zip(report["results"], range(10, 100, 10), strict=False):
+        row["machine_idle_percent"] = idle
+    idle_by_target = {row["target"]: row["machine_idle_percent"] for row in report["results"]}
+    measures = rounds.summarize([report])
+    assert measures["idle cores %, execauth's run"]["values"] == [idle_by_target["execauth"]]
+    assert measures["idle cores %, cerbos's run"]["values"] == [idle_by_target["cerbos"]]
+
+
 def test_a_measure_no_run_made_is_left_out(rounds: ModuleType, report: dict[str, Any]) -> None:
     report["scenarios"] = []
     assert HALF_PEAK not in rounds.summarize([report])
