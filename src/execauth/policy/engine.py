@@ -47,6 +47,7 @@ from execauth.policy.decision import (
 )
 from execauth.policy.document import ConstraintSpec, PolicyDocument, RuleSpec
 from execauth.policy.names import VARIABLES, closest, unknown_names
+from execauth.policy.native import NativeCondition, native_condition
 from execauth.policy.rule_index import RuleIndex
 from execauth.surfaces import SurfacePattern, compile_surface_pattern
 
@@ -90,6 +91,9 @@ class CompiledRule:
     escalation: Escalation | None = None
     constraints: tuple[CompiledConstraint, ...] = ()
     single_use: bool = False
+    # The condition decided in Python where CEL would certainly agree (``policy.native``);
+    # None when some part of it is left to CEL.
+    native: NativeCondition | None = field(default=None, compare=False)
 
     def programs(self) -> Iterable[tuple[cel.Program, ExpressionCost]]:
         """The condition's program and every computed constraint's, with their costs."""
@@ -110,6 +114,9 @@ class CompiledBlock:
     unused_beside_request: frozenset[str] = field(init=False, compare=False)  # now, org
     free_up_to: float = field(init=False, compare=False)  # the least ExpressionCost.free_up_to
     index: RuleIndex[CompiledRule] = field(init=False, compare=False)  # rules a request skips
+    # Every condition native and no constraint computed: ``evaluate`` may decide without
+    # converting the request to CEL (``_decide_natively``).
+    native: bool = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         # A computed constraint reads the request and costs steps like a condition.
@@ -122,6 +129,14 @@ class CompiledBlock:
         object.__setattr__(self, "unused_beside_request", self.unused_variables & _BESIDE_REQUEST)
         object.__setattr__(self, "free_up_to", free)
         object.__setattr__(self, "index", RuleIndex(self.rules, [r.source for r in self.rules]))
+        object.__setattr__(
+            self,
+            "native",
+            all(
+                rule.native is not None and all(c.program is None for c in rule.constraints)
+                for rule in self.rules
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +201,7 @@ def compile_policy(
                 CompiledRule(
                     rule.id, rule.effect, rule.condition, program, rule.reason, rule.message,
                     rule.ttl_seconds, cost, rule.escalation, tuple(constraints), rule.single_use,
+                    native_condition(rule.condition),
                 )
             )  # fmt: skip
         blocks.append(
@@ -373,10 +389,18 @@ def evaluate(
     CEL (``ExecuteRequest.plain``), so the request's variables no rule reads are left
     out of the activation without a walk through them to make sure (``_activation``).
     The decision is the same either way.
+
+    A block whose conditions are all native (``policy.native``) is decided without
+    converting the request to CEL at all, unless some rule leaves it to CEL
+    (``_decide_natively``).
     """
     for path, keys in block.require_paths:
         if not _present(request, keys):
             return _missing(path)
+    if block.native:
+        decided = _decide_natively(block, request, now, org, request_converts)
+        if decided is not None:
+            return decided
     activation = _activation(block, request, now, org, request_converts)
     if isinstance(activation, str):
         return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, activation)
@@ -408,6 +432,57 @@ def evaluate(
         elif value is not False:
             return _failed(rule, _not_boolean(rule, value))
     return _bind(_conclude(permits, denies, escalates), permits, escalates, activation, None)
+
+
+def _decide_natively(
+    block: CompiledBlock,
+    request: Mapping[str, Any],
+    now: datetime,
+    org: Mapping[str, Any],
+    request_converts: bool,
+) -> Decision | None:
+    """``evaluate``'s decision from the rules' native conditions (``policy.native``), or
+    None when CEL has to decide: a rule left undecided, a request the cost limit may
+    refuse, a value CEL might not hold (the activation would then fail, and the request
+    be SILENCE; the request's own values are walked to make sure unless the caller knows
+    they convert). The rules are the same ones in the same order, through the same
+    decision table, so the decision is the one CEL's run would make; the property tests
+    hold the two together (tests/policy/test_native.py).
+    """
+    facts = dict(org)
+    if not (_converts(now) and _converts(facts)):
+        return None
+    if not request_converts and not _converts(request):
+        return None
+    if block.free_up_to != math.inf:
+        bound = size_bound({**request, "org": org})
+        if bound is None or bound > block.free_up_to:
+            return None
+    rules = block.rules
+    if block.index.paths and (excluded := block.index.excluded(request, org)):
+        rules = block.index.runnable(excluded)
+    variables = {**request, "now": now, "org": facts}
+    permits: list[CompiledRule] = []
+    denies: list[CompiledRule] = []
+    escalates: list[CompiledRule] = []
+    for rule in rules:
+        native = rule.native
+        if native is None:  # CompiledBlock.native says no rule is; checked, not assumed
+            return None
+        try:
+            value = native(variables)
+        except Exception:  # noqa: BLE001 - a fault of ours: CEL decides instead, never PERMIT
+            return None
+        if value is None:
+            return None
+        if value:
+            if rule.effect == "permit":
+                permits.append(rule)
+            elif rule.effect == "deny":
+                denies.append(rule)
+            elif rule.effect == "escalate":
+                escalates.append(rule)
+    return _bind(_conclude(permits, denies, escalates), permits, escalates, None, None)
 
 
 def trace(
@@ -561,7 +636,7 @@ def _bind(
     decision: Decision,
     permits: list[CompiledRule],
     escalates: list[CompiledRule],
-    activation: cel.Context,
+    activation: cel.Context | None,
     size: InputSize | None,
 ) -> Decision:
     """``decision`` with the bound grant of the rules behind it (docs/policy-language.md,
@@ -569,7 +644,9 @@ def _bind(
     escalate rule's for an ESCALATE. A constraint that cannot be computed, or two permit
     rules binding one name to different values, is SILENCE: never a PERMIT without the
     constraints its rules state. ``size`` is None when the caller has already found the
-    request within every program's cost limit (``CompiledBlock.free_up_to``)."""
+    request within every program's cost limit (``CompiledBlock.free_up_to``);
+    ``activation`` is None when the request was decided natively, where no constraint
+    is computed (``CompiledBlock.native``)."""
     if decision.outcome is Outcome.PERMIT:
         rules = permits
     elif decision.outcome is Outcome.ESCALATE:
@@ -608,13 +685,15 @@ def _bind(
 def _constraint_value(
     rule: CompiledRule,
     constraint: CompiledConstraint,
-    activation: cel.Context,
+    activation: cel.Context | None,
     size: InputSize | None,
 ) -> Any:
     """The literal, or the program's result checked as a value of its constraint."""
     if constraint.program is None:
         return constraint.value
     where = f"rule {rule.id} constraint {constraint.name}"
+    if activation is None:  # a natively decided block computes no constraint; SILENCE
+        raise _Unbound(f"{where} has no CEL activation to be computed with")
     cost = constraint.cost
     if size is not None and cost is not None:
         if cost.unreadable is not None:
