@@ -14,9 +14,10 @@ make one of its own; the property tests hold every form to the ``cel`` package.
 
 What compiles: literals (strings without escapes, ``int``, ``bool``, ``timestamp`` of a
 literal), variables and field selections, ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``,
-``in`` (a list literal, a list, a map's keys), ``&&``, ``||``, ``!``, ``startsWith``,
-``endsWith``, ``contains``, ``size`` and ``exists``. Anything else leaves the rule to
-CEL (``native_condition`` returns ``None``). Pure.
+``in`` (a list literal, a list, a map's keys), ``&&``, ``||``, ``!``, ``has``, an index
+by a literal, ``startsWith``, ``endsWith``, ``contains``, ``size``, ``exists``, and a
+timestamp's ``getDayOfWeek()`` and ``getHours()`` in UTC.
+Anything else leaves the rule to CEL (``native_condition`` returns ``None``). Pure.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ _STRING_TESTS: dict[str, Callable[[str, str], bool]] = {
     "startsWith": str.startswith,
     "endsWith": str.endswith,
     "contains": str.__contains__,
+}
+# A timestamp's parts in UTC, as CEL numbers them: Sunday is day 0.
+_TIME_PARTS: dict[str, Callable[[datetime], int]] = {
+    "getDayOfWeek": lambda moment: (moment.weekday() + 1) % 7,
+    "getHours": lambda moment: moment.hour,
 }
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
     "<": lambda a, b: bool(a < b),
@@ -133,6 +139,8 @@ def _condition(node: Node) -> NativeCondition:
         return _string_test(test, text, affix)
     if node.kind == "macro" and node.name == "exists" and len(node.children) == 2:
         return _exists(_value(node.children[0]), str(node.value), _condition(node.children[1]))
+    if node.kind == "has":
+        return _has(node.children[0])
     if node.kind == "literal" and node.name == "bool":
         constant = bool(node.value)
         return lambda variables: constant
@@ -154,6 +162,11 @@ def _value(node: Node) -> _Value:
             return _variable(*path)
     if node.kind == "select":
         return _field(_value(node.children[0]), node.name)
+    if node.kind == "index":
+        container, key = node.children
+        if key.kind != "literal" or key.name not in {"string", "int"}:
+            raise _NotNative("index")
+        return _element(_value(container), key.value)
     if node.kind == "call" and node.name == "timestamp" and not node.receiver:
         (argument,) = node.children if len(node.children) == 1 else (None,)
         if argument is None or argument.kind != "literal" or argument.name != "string":
@@ -168,6 +181,10 @@ def _value(node: Node) -> _Value:
         return _Constant(moment)
     if node.kind == "call" and node.name == "size" and len(node.children) == 1:
         return _size(_value(node.children[0]))
+    if node.kind == "call" and node.receiver and node.name in _TIME_PARTS:
+        if len(node.children) != 1:
+            raise _NotNative(node.name)  # with a time zone: the package's to compute
+        return _time_part(_TIME_PARTS[node.name], _value(node.children[0]))
     raise _NotNative(node.kind)
 
 
@@ -215,6 +232,42 @@ def _field(parent: _Value, name: str) -> _Value:
         return _UNKNOWN
 
     return select
+
+
+def _element(container: _Value, key: object) -> _Value:
+    """``xs[0]`` of a list, ``m["k"]`` of a map; out of range, absent or of another type:
+    the package fails, so the value is unknown."""
+    if type(key) is int:
+        position = key
+
+        def item(variables: Mapping[str, Any]) -> Any:
+            values = container(variables)
+            if type(values) is list and 0 <= position < len(values):
+                return values[position]
+            return _UNKNOWN
+
+        return item
+    return _field(container, str(key))
+
+
+def _has(selection: Node) -> NativeCondition:
+    """``has(m.f)``: whether a map holds the key; of anything else, the package's to say."""
+    parent = _value(selection.children[0])
+    name = selection.name
+
+    def present(variables: Mapping[str, Any]) -> bool | None:
+        container = parent(variables)
+        return name in container if type(container) is dict else None
+
+    return present
+
+
+def _time_part(part: Callable[[datetime], int], operand: _Value) -> _Value:
+    def read(variables: Mapping[str, Any]) -> Any:
+        moment = operand(variables)
+        return part(moment) if kind(moment) == "timestamp" else _UNKNOWN
+
+    return read
 
 
 def _size(operand: _Value) -> _Value:
