@@ -213,6 +213,11 @@ def test_a_value_cel_treats_differently_is_left_undecided(
     assert condition(variables) is None
 
 
+def test_a_chain_too_deep_to_compile_is_left_to_cel() -> None:
+    # A stored version is not held to the publish-time length limit.
+    assert native_condition(" && ".join(['actor == "x"'] * 1000)) is None
+
+
 def test_a_false_side_decides_and_whatever_the_other_side() -> None:
     # CEL's && is false when either side is, even when the other fails (both orders).
     for source in ('context.missing == "x" && false', 'false && context.missing == "x"'):

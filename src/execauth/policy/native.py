@@ -88,6 +88,8 @@ def native_condition(source: str) -> NativeCondition | None:
         return _condition(parse(source))
     except (CelSyntaxError, _NotNative):
         return None
+    except RecursionError:  # a long && chain is a deep tree: compiling it recurses
+        return None
 
 
 def kind(value: Any) -> str | None:
