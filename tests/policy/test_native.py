@@ -278,6 +278,15 @@ def test_a_now_cel_might_not_hold_is_left_to_cel() -> None:
     assert told == trace(block, request, now=naive, org=ORG).decision
 
 
+def test_org_facts_cel_cannot_hold_are_silence_as_with_cel() -> None:
+    block = _block('context.branch == "hotfix"')
+    request = _request({"branch": "main"})
+    org = {"id": "org_n", "plan": {"free"}}  # a set: CEL refuses it, read or not
+    decision = evaluate(block, request, now=NOW, org=org, request_converts=True)
+    assert decision.outcome is Outcome.SILENCE
+    assert decision == trace(block, request, now=NOW, org=org).decision
+
+
 def test_a_request_value_cel_cannot_hold_is_silence_as_with_cel() -> None:
     block = _block('context.branch == "hotfix"')
     # A set: msgspec writes it as an array (so the cost check passes it), CEL refuses it.
