@@ -278,6 +278,16 @@ def test_a_now_cel_might_not_hold_is_left_to_cel() -> None:
     assert told == trace(block, request, now=naive, org=ORG).decision
 
 
+def test_a_request_over_a_rules_cost_limit_is_silence_not_a_native_permit() -> None:
+    # Quadratic in the list: 1,000 items are over the limit, though the first pair matches.
+    block = _block("payload.xs.exists(x, payload.xs.exists(y, x == y))", effect="permit")
+    assert block.native
+    request = {**_request({"branch": "main"}), "payload": {"xs": ["a"] * 1000}}
+    decision = evaluate(block, request, now=NOW, org=ORG, request_converts=True)
+    assert decision.outcome is Outcome.SILENCE
+    assert decision == trace(block, request, now=NOW, org=ORG).decision
+
+
 def test_org_facts_cel_cannot_hold_are_silence_as_with_cel() -> None:
     block = _block('context.branch == "hotfix"')
     request = _request({"branch": "main"})

@@ -397,40 +397,50 @@ def evaluate(
     for path, keys in block.require_paths:
         if not _present(request, keys):
             return _missing(path)
-    if block.native:
+    # Most requests need no measuring: their JSON length shows them within every rule's
+    # cost limit (policy.cost); the others are measured once the activation stands.
+    free = block.free_up_to == math.inf or (
+        (bound := size_bound({**request, "org": org})) is not None and bound <= block.free_up_to
+    )
+    if free and block.native:
         decided = _decide_natively(block, request, now, org, request_converts)
         if decided is not None:
             return decided
     activation = _activation(block, request, now, org, request_converts)
     if isinstance(activation, str):
         return Decision(Outcome.SILENCE, None, Reason.EVALUATION_ERROR, activation)
-    if block.free_up_to != math.inf:
-        measured = {**request, "org": org}
-        bound = size_bound(measured)  # most requests need no measuring (policy.cost)
-        if bound is None or bound > block.free_up_to:
-            size = measure_input(measured)
-            if max(size.total, size.chars) > block.free_up_to:
-                return _run_rules(block, (), activation, size).decision
-    rules = block.rules
-    if block.index.paths and (excluded := block.index.excluded(request, org)):
-        rules = block.index.runnable(excluded)
-    permits: list[CompiledRule] = []
-    denies: list[CompiledRule] = []
-    escalates: list[CompiledRule] = []
-    for rule in rules:
+    if not free:
+        size = measure_input({**request, "org": org})
+        if max(size.total, size.chars) > block.free_up_to:
+            return _run_rules(block, (), activation, size).decision
+    matched: list[CompiledRule] = []
+    for rule in _candidate_rules(block, request, org):
         try:
             value = rule.program.execute(activation)
         except Exception as exc:  # noqa: BLE001 - as in _run: any failure is SILENCE
             return _failed(rule, _raised(rule, exc))
         if value is True:
-            if rule.effect == "permit":
-                permits.append(rule)
-            elif rule.effect == "deny":
-                denies.append(rule)
-            elif rule.effect == "escalate":
-                escalates.append(rule)
+            matched.append(rule)
         elif value is not False:
             return _failed(rule, _not_boolean(rule, value))
+    return _decided(matched, activation)
+
+
+def _candidate_rules(
+    block: CompiledBlock, request: Mapping[str, Any], org: Mapping[str, Any]
+) -> tuple[CompiledRule, ...]:
+    """The block's rules, less those the request's values certainly make false
+    (``policy.rule_index``: skipping one changes nothing)."""
+    if block.index.paths and (excluded := block.index.excluded(request, org)):
+        return block.index.runnable(excluded)
+    return block.rules
+
+
+def _decided(matched: list[CompiledRule], activation: cel.Context | None) -> Decision:
+    """The decision table over the rules that matched, with the grant they bind."""
+    permits = [rule for rule in matched if rule.effect == "permit"]
+    denies = [rule for rule in matched if rule.effect == "deny"]
+    escalates = [rule for rule in matched if rule.effect == "escalate"]
     return _bind(_conclude(permits, denies, escalates), permits, escalates, activation, None)
 
 
@@ -441,31 +451,22 @@ def _decide_natively(
     org: Mapping[str, Any],
     request_converts: bool,
 ) -> Decision | None:
-    """``evaluate``'s decision from the rules' native conditions (``policy.native``), or
-    None when CEL has to decide: a rule left undecided, a request the cost limit may
-    refuse, a value CEL might not hold (the activation would then fail, and the request
-    be SILENCE; the request's own values are walked to make sure unless the caller knows
-    they convert). The rules are the same ones in the same order, through the same
-    decision table, so the decision is the one CEL's run would make; the property tests
-    hold the two together (tests/policy/test_native.py).
+    """``evaluate``'s decision from the rules' native conditions (``policy.native``), for
+    a request already found within every rule's cost limit; or None when CEL has to
+    decide: a rule left undecided, a value CEL might not hold (the activation would then
+    fail, and the request be SILENCE; the request's own values are walked to make sure
+    unless the caller knows they convert). The rules are the same ones in the same
+    order, through the same decision table, so the decision is the one CEL's run would
+    make; the property tests hold the two together (tests/policy/test_native.py).
     """
     facts = dict(org)
     if not (_converts(now) and _converts(facts)):
         return None
     if not request_converts and not _converts(request):
         return None
-    if block.free_up_to != math.inf:
-        bound = size_bound({**request, "org": org})
-        if bound is None or bound > block.free_up_to:
-            return None
-    rules = block.rules
-    if block.index.paths and (excluded := block.index.excluded(request, org)):
-        rules = block.index.runnable(excluded)
     variables = {**request, "now": now, "org": facts}
-    permits: list[CompiledRule] = []
-    denies: list[CompiledRule] = []
-    escalates: list[CompiledRule] = []
-    for rule in rules:
+    matched: list[CompiledRule] = []
+    for rule in _candidate_rules(block, request, org):
         native = rule.native
         if native is None:  # CompiledBlock.native says no rule is; checked, not assumed
             return None
@@ -476,13 +477,8 @@ def _decide_natively(
         if value is None:
             return None
         if value:
-            if rule.effect == "permit":
-                permits.append(rule)
-            elif rule.effect == "deny":
-                denies.append(rule)
-            elif rule.effect == "escalate":
-                escalates.append(rule)
-    return _bind(_conclude(permits, denies, escalates), permits, escalates, None, None)
+            matched.append(rule)
+    return _decided(matched, None)
 
 
 def trace(

@@ -115,7 +115,7 @@ def _condition(node: Node) -> NativeCondition:
     """A node whose value is a boolean."""
     if node.kind == "binary" and node.name in {"&&", "||"}:
         left, right = (_condition(child) for child in node.children)
-        return _and(left, right) if node.name == "&&" else _or(left, right)
+        return _junction(node.name == "||", left, right)
     if node.kind == "unary" and node.name == "!":
         return _not(_condition(node.children[0]))
     if node.kind == "binary" and node.name in {"==", "!="}:
@@ -285,32 +285,21 @@ def _size(operand: _Value) -> _Value:
     return size
 
 
-def _and(left: NativeCondition, right: NativeCondition) -> NativeCondition:
-    # CEL's && is false when either side is false, whatever the other (an error
-    # included), and true only when both are true.
-    def both(variables: Mapping[str, Any]) -> bool | None:
+def _junction(decisive: bool, left: NativeCondition, right: NativeCondition) -> NativeCondition:
+    """``&&`` (``decisive`` False) or ``||`` (True). CEL's ``&&`` is false when either side
+    is false, whatever the other (an error included), and true only when both are true;
+    ``||`` the same with true and false exchanged."""
+
+    def join(variables: Mapping[str, Any]) -> bool | None:
         first = left(variables)
-        if first is False:
-            return False
+        if first is decisive:
+            return decisive
         second = right(variables)
-        if second is False:
-            return False
-        return True if first is True and second is True else None
+        if second is decisive:
+            return decisive
+        return None if first is None or second is None else not decisive
 
-    return both
-
-
-def _or(left: NativeCondition, right: NativeCondition) -> NativeCondition:
-    def either(variables: Mapping[str, Any]) -> bool | None:
-        first = left(variables)
-        if first is True:
-            return True
-        second = right(variables)
-        if second is True:
-            return True
-        return False if first is False and second is False else None
-
-    return either
+    return join
 
 
 def _not(operand: NativeCondition) -> NativeCondition:
@@ -343,24 +332,17 @@ def _equality(equal: bool, left: _Value, right: _Value) -> NativeCondition:
 def _equals_constant(equal: bool, operand: _Value, constant: _Constant) -> NativeCondition:
     """``operand == constant``: only a value of the constant's own type is compared."""
     value, category = constant.value, constant.kind
-    if category == "string" or category == "bool":
-        expected: type = str if category == "string" else bool
+    if category != "string" and category != "bool":
+        return _equality(equal, operand, constant)  # an int's range, a timestamp's zone
+    expected: type = str if category == "string" else bool
 
-        def same_type(variables: Mapping[str, Any]) -> bool | None:
-            found = operand(variables)
-            if type(found) is expected:
-                return (found == value) is equal
-            return None
-
-        return same_type
-
-    def checked(variables: Mapping[str, Any]) -> bool | None:
+    def same_type(variables: Mapping[str, Any]) -> bool | None:
         found = operand(variables)
-        if kind(found) == category:
+        if type(found) is expected:
             return (found == value) is equal
         return None
 
-    return checked
+    return same_type
 
 
 def _ordering(order: Callable[[Any, Any], bool], left: _Value, right: _Value) -> NativeCondition:
