@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import cel
@@ -342,8 +343,6 @@ def test_the_benchmark_policy_and_most_of_the_cookbook_are_decided_natively() ->
         document = parse_policy_document(text, policy_id=policy_id)
         policy: CompiledPolicy = compile_policy(document, REF)
         return policy.blocks
-
-    from pathlib import Path
 
     bench = Path(__file__).parents[2] / "bench" / "policy.yaml"
     assert all(block.native for block in blocks(bench.read_text(), "bench"))

@@ -170,7 +170,7 @@ def _value(node: Node) -> _Value:
             raise _NotNative("index")
         return _element(_value(container), key.value)
     if node.kind == "call" and node.name == "timestamp" and not node.receiver:
-        (argument,) = node.children if len(node.children) == 1 else (None,)
+        argument = node.children[0] if len(node.children) == 1 else None
         if argument is None or argument.kind != "literal" or argument.name != "string":
             raise _NotNative("timestamp")
         text = str(argument.value)
