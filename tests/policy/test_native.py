@@ -219,6 +219,45 @@ def test_a_chain_too_deep_to_compile_is_left_to_cel() -> None:
     assert native_condition(" && ".join(['actor == "x"'] * 1000)) is None
 
 
+def _nested_exists(depth: int) -> str:
+    source = "e0 == 1"
+    for level in range(1, depth):
+        source = f"context.xs.exists(e{level}, {source})"
+    return f"context.xs.exists(e0, {source})"
+
+
+def _nested_or(depth: int) -> str:
+    source = 'actor == "x"'
+    for _ in range(depth):
+        source = f'actor == "y" || ({source})'
+    return source
+
+
+def test_conditions_nested_past_pythons_limits_are_left_to_cel() -> None:
+    # The generated function nests a block per exists and per junction's right side;
+    # Python allows 20 nested loops and 100 levels of indentation.
+    assert native_condition(_nested_exists(10)) is not None
+    assert native_condition(_nested_exists(25)) is None
+    assert native_condition(_nested_or(40)) is not None
+    assert native_condition(_nested_or(120)) is None
+
+
+@pytest.mark.parametrize(
+    "text", ['" or True or "', '__import__("os").getpid()', "x}; {y", "v.get", "U"]
+)
+def test_a_literal_that_reads_as_python_is_compared_as_a_string(text: str) -> None:
+    # Literals reach the generated function as values, never as its source text.
+    cases = [
+        (f"context.a == '{text}'", {"a": text}, {"a": "y"}),
+        (f"context['{text}'] == 'x'", {text: "x"}, {text: "y"}),
+    ]
+    for source, matching, other in cases:
+        condition = native_condition(source)
+        assert condition is not None
+        assert condition({"context": matching}) is True is _cel(source, {"context": matching})
+        assert condition({"context": other}) is False is _cel(source, {"context": other})
+
+
 def test_a_false_side_decides_and_whatever_the_other_side() -> None:
     # CEL's && is false when either side is, even when the other fails (both orders).
     for source in ('context.missing == "x" && false', 'false && context.missing == "x"'):

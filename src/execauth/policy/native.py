@@ -18,12 +18,21 @@ literal), variables and field selections, ``==``, ``!=``, ``<``, ``<=``, ``>``, 
 by a literal, ``startsWith``, ``endsWith``, ``contains``, ``size``, ``exists``, and a
 timestamp's ``getDayOfWeek()`` and ``getHours()`` in UTC.
 Anything else leaves the rule to CEL (``native_condition`` returns ``None``). Pure.
+
+How: the condition's tree is written out as the source of one Python function, compiled
+once with the policy. A rule is then one call, where a function per node of its tree
+(closures over closures) cost a call per node: 0.6-1.0 µs a rule against 0.2-0.4
+(docs/performance.md, "The fixed-cost round"). No text of the policy reaches the
+generated source: literals, variable and field names are passed to it as values under
+names of our own (``_Source.constant``), so the source only ever holds this module's
+words.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +40,6 @@ from execauth.policy.cel_syntax import CelSyntaxError, Node, parse
 
 # A condition's answer over the variables of one evaluation: ``None`` when CEL must decide.
 NativeCondition = Callable[[Mapping[str, Any]], bool | None]
-_Value = Callable[[Mapping[str, Any]], Any]
 
 _UNKNOWN: Any = object()  # a value CEL would fail to produce, or one we do not model
 _INT_MIN, _INT_END = -(2**63), 2**63
@@ -39,40 +47,32 @@ _INT_MIN, _INT_END = -(2**63), 2**63
 _TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})"
 )
-_STRING_TESTS: dict[str, Callable[[str, str], bool]] = {
-    "startsWith": str.startswith,
-    "endsWith": str.endswith,
-    "contains": str.__contains__,
+# receiver.method(argument) as Python writes the same test, for strings.
+_STRING_TESTS = {
+    "startsWith": "{text}.startswith({affix})",
+    "endsWith": "{text}.endswith({affix})",
+    "contains": "({affix} in {text})",
 }
 # A timestamp's parts in UTC, as CEL numbers them: Sunday is day 0.
-_TIME_PARTS: dict[str, Callable[[datetime], int]] = {
-    "getDayOfWeek": lambda moment: (moment.weekday() + 1) % 7,
-    "getHours": lambda moment: moment.hour,
+_TIME_PARTS = {
+    "getDayOfWeek": "({moment}.weekday() + 1) % 7",
+    "getHours": "{moment}.hour",
 }
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "<": lambda a, b: bool(a < b),
-    "<=": lambda a, b: bool(a <= b),
-    ">": lambda a, b: bool(a > b),
-    ">=": lambda a, b: bool(a >= b),
+# The comparisons, each with the one that answers the same with its sides exchanged.
+_MIRRORED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+# The test that a value is of a CEL type, as the generated code writes it.
+_OF_KIND = {
+    "string": "type({0}) is str",
+    "bool": "type({0}) is bool",
+    "int": "type({0}) is int and INT_MIN <= {0} < INT_END",
+    "timestamp": "type({0}) is datetime and {0}.tzinfo is UTC",
 }
+# Python allows 100 levels of indentation; a deeper condition is left to CEL.
+_MAX_DEPTH = 90
 
 
 class _NotNative(Exception):
     """A form this module leaves to CEL."""
-
-
-class _Constant:
-    """A literal's value, known when the condition compiles: the function that compares
-    with it is specialized to its type (a call to ``kind`` a request saved)."""
-
-    __slots__ = ("kind", "value")
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        self.kind = kind(value)
-
-    def __call__(self, variables: Mapping[str, Any]) -> Any:
-        return self.value
 
 
 def native_condition(source: str) -> NativeCondition | None:
@@ -85,10 +85,12 @@ def native_condition(source: str) -> NativeCondition | None:
     if "\\" in source:
         return None
     try:
-        return _condition(parse(source))
+        return _Source.of(parse(source))
     except (CelSyntaxError, _NotNative):
         return None
     except RecursionError:  # a long && chain is a deep tree: compiling it recurses
+        return None
+    except SyntaxError:  # past Python's limits (20 nested loops: exists in exists in ...)
         return None
 
 
@@ -111,65 +113,269 @@ def kind(value: Any) -> str | None:
     return None
 
 
-def _condition(node: Node) -> NativeCondition:
-    """A node whose value is a boolean."""
-    if node.kind == "binary" and node.name in {"&&", "||"}:
-        left, right = (_condition(child) for child in node.children)
-        return _junction(node.name == "||", left, right)
-    if node.kind == "unary" and node.name == "!":
-        return _not(_condition(node.children[0]))
-    if node.kind == "binary" and node.name in {"==", "!="}:
-        left, right = (_value(child) for child in node.children)
-        if isinstance(left, _Constant) and not isinstance(right, _Constant):
-            left, right = right, left  # equality is symmetric
-        if isinstance(right, _Constant):
-            return _equals_constant(node.name == "==", left, right)
-        return _equality(node.name == "==", left, right)
-    if node.kind == "binary" and node.name in _ORDER:
-        return _ordering(_ORDER[node.name], *(_value(child) for child in node.children))
-    if node.kind == "binary" and node.name == "in":
-        return _membership(node.children[0], node.children[1])
-    if node.kind == "call" and node.receiver and node.name in _STRING_TESTS:
+def _member(value: Any, items: Any) -> bool | None:
+    """``value in items`` for a list or a map's keys, when CEL certainly agrees."""
+    category = kind(value)
+    if category is None:
+        return None
+    if type(items) is dict:
+        # A map's keys are strings in a JSON request; another key type is left to CEL.
+        return value in items if category == "string" else None
+    if type(items) is list and all(kind(item) == category for item in items):
+        return value in items
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A value the generated code holds: the Python name it is under, and the literal's
+    CEL type when it is a literal (known when the condition compiles)."""
+
+    name: str
+    literal: str | None = None
+
+
+class _Source:
+    """The generated function of one condition, written line by line.
+
+    Each ``_condition`` writes the lines that compute a node into a new local and returns
+    its name; a junction's right side is written inside the ``else`` of its left, which
+    keeps CEL's order of evaluation and its short circuit.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {
+            "U": _UNKNOWN,
+            "INT_MIN": _INT_MIN,
+            "INT_END": _INT_END,
+            "UTC": UTC,
+            "datetime": datetime,
+            "kind": kind,
+            "member": _member,
+        }
+        self._locals = 0
+
+    @classmethod
+    def of(cls, tree: Node) -> NativeCondition:
+        source = cls()
+        answer = source._condition(tree, 1, {})
+        source.line(1, f"return {answer}")
+        text = "def condition(v):\n" + "\n".join(source.lines) + "\n"
+        namespace = dict(source.names)
+        # The text holds only this module's words (every literal and name of the policy
+        # is a value in ``namespace``): compiling it runs nothing of the policy's.
+        exec(compile(text, "<native condition>", "exec"), namespace)  # noqa: S102
+        condition: NativeCondition = namespace["condition"]
+        return condition
+
+    def line(self, depth: int, text: str) -> None:
+        if depth > _MAX_DEPTH:
+            raise _NotNative("nesting")
+        self.lines.append("    " * depth + text)
+
+    def local(self) -> str:
+        self._locals += 1
+        return f"t{self._locals}"
+
+    def constant(self, value: Any) -> str:
+        name = f"k{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def _computed(self, depth: int, expression: str) -> str:
+        name = self.local()
+        self.line(depth, f"{name} = {expression}")
+        return name
+
+    # --- conditions: each writes a local that holds True, False or None (undecided) ---
+    def _condition(self, node: Node, depth: int, scope: dict[str, str]) -> str:
+        """A node whose value is a boolean."""
+        if node.kind == "binary" and node.name in {"&&", "||"}:
+            return self._junction(node.name == "||", node, depth, scope)
+        if node.kind == "unary" and node.name == "!":
+            operand = self._condition(node.children[0], depth, scope)
+            return self._computed(depth, f"None if {operand} is None else not {operand}")
+        if node.kind == "binary" and node.name in _MIRRORED:
+            left, right = (self._value(child, depth, scope) for child in node.children)
+            return self._comparison(node.name, left, right, depth)
+        if node.kind == "binary" and node.name == "in":
+            return self._membership(node.children[0], node.children[1], depth, scope)
+        if node.kind == "call" and node.receiver and node.name in _STRING_TESTS:
+            return self._string_test(node, depth, scope)
+        if node.kind == "macro" and node.name == "exists" and len(node.children) == 2:
+            return self._exists(node, depth, scope)
+        if node.kind == "has":
+            # has(m.f): whether a map holds the key; of anything else, the package's to say.
+            selection = node.children[0]
+            parent = self._value(selection.children[0], depth, scope).name
+            key = self.constant(selection.name)
+            return self._computed(depth, f"({key} in {parent}) if type({parent}) is dict else None")
+        if node.kind == "literal" and node.name == "bool":
+            return self._computed(depth, repr(bool(node.value)))
+        if node.kind in {"ident", "select"}:
+            value = self._value(node, depth, scope).name
+            return self._computed(depth, f"{value} if type({value}) is bool else None")
+        raise _NotNative(node.kind)
+
+    def _junction(self, decisive: bool, node: Node, depth: int, scope: dict[str, str]) -> str:
+        """``&&`` (``decisive`` False) or ``||`` (True). CEL's ``&&`` is false when either
+        side is false, whatever the other (an error included), and true only when both are
+        true; ``||`` the same with true and false exchanged."""
+        answer = self.local()
+        left = self._condition(node.children[0], depth, scope)
+        self.line(depth, f"if {left} is {decisive}:")
+        self.line(depth + 1, f"{answer} = {decisive}")
+        self.line(depth, "else:")
+        right = self._condition(node.children[1], depth + 1, scope)
+        self.line(depth + 1, f"if {right} is {decisive}:")
+        self.line(depth + 2, f"{answer} = {decisive}")
+        self.line(depth + 1, f"elif {left} is None or {right} is None:")
+        self.line(depth + 2, f"{answer} = None")
+        self.line(depth + 1, "else:")
+        self.line(depth + 2, f"{answer} = {not decisive}")
+        return answer
+
+    def _comparison(self, operator: str, left: _Written, right: _Written, depth: int) -> str:
+        """``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` between values of one CEL type only:
+        CEL compares numbers across types (``1 == 1.0``), which is left to it, and it
+        orders no booleans (left to it too)."""
+        ordering = operator not in {"==", "!="}
+        if left.literal is not None and right.literal is None:
+            left, right, operator = right, left, _MIRRORED[operator]  # 1 < x is x > 1
+        if right.literal is not None:
+            if ordering and right.literal == "bool":
+                raise _NotNative("ordering of booleans")
+            test = _OF_KIND[right.literal].format(left.name)
+            return self._computed(
+                depth, f"({left.name} {operator} {right.name}) if {test} else None"
+            )
+        category = self._computed(depth, f"kind({left.name})")
+        unordered = f"or {category} == 'bool' " if ordering else ""
+        return self._computed(
+            depth,
+            f"None if {category} is None {unordered}or {category} != kind({right.name}) "
+            f"else ({left.name} {operator} {right.name})",
+        )
+
+    def _membership(
+        self, element_node: Node, container_node: Node, depth: int, scope: dict[str, str]
+    ) -> str:
+        element = self._value(element_node, depth, scope).name
+        if container_node.kind == "list":
+            if not all(item.kind == "literal" for item in container_node.children):
+                raise _NotNative("list")
+            items = [self._literal(item) for item in container_node.children]
+            if items and all(type(item) is str for item in items):
+                # x in ["EUR", "USD"]: a string is looked up; anything else is CEL's.
+                strings = self.constant(frozenset(items))
+                return self._computed(
+                    depth, f"({element} in {strings}) if type({element}) is str else None"
+                )
+            return self._computed(depth, f"member({element}, {self.constant(items)})")
+        container = self._value(container_node, depth, scope).name
+        return self._computed(depth, f"member({element}, {container})")
+
+    def _string_test(self, node: Node, depth: int, scope: dict[str, str]) -> str:
         if len(node.children) != 2:
             raise _NotNative(node.name)
-        test = _STRING_TESTS[node.name]
-        text, affix = (_value(child) for child in node.children)
-        if isinstance(affix, _Constant):
-            if type(affix.value) is not str:
+        text, affix = (self._value(child, depth, scope) for child in node.children)
+        test = _STRING_TESTS[node.name].format(text=text.name, affix=affix.name)
+        if affix.literal is not None:
+            if affix.literal != "string":
                 raise _NotNative(node.name)  # the package has no such overload: an error
-            return _string_test_constant(test, text, affix.value)
-        return _string_test(test, text, affix)
-    if node.kind == "macro" and node.name == "exists" and len(node.children) == 2:
-        return _exists(_value(node.children[0]), str(node.value), _condition(node.children[1]))
-    if node.kind == "has":
-        return _has(node.children[0])
-    if node.kind == "literal" and node.name == "bool":
-        constant = bool(node.value)
-        return lambda variables: constant
-    if node.kind in {"ident", "select"}:
-        return _boolean(_value(node))
-    raise _NotNative(node.kind)
+            return self._computed(depth, f"{test} if type({text.name}) is str else None")
+        return self._computed(
+            depth, f"{test} if type({text.name}) is str and type({affix.name}) is str else None"
+        )
 
+    def _exists(self, node: Node, depth: int, scope: dict[str, str]) -> str:
+        """The cel package runs the predicate element by element and stops at the first
+        true or the first error: an undecided element before any true one leaves it to
+        CEL."""
+        items = self._value(node.children[0], depth, scope).name
+        answer, element = self.local(), self.local()
+        self.line(depth, f"if type({items}) is not list:")
+        self.line(depth + 1, f"{answer} = None")
+        self.line(depth, "else:")
+        self.line(depth + 1, f"{answer} = False")
+        self.line(depth + 1, f"for {element} in {items}:")
+        inner = {**scope, str(node.value): element}
+        found = self._condition(node.children[1], depth + 2, inner)
+        self.line(depth + 2, f"if {found} is not False:")
+        self.line(depth + 3, f"{answer} = {found}")
+        self.line(depth + 3, "break")
+        return answer
 
-def _value(node: Node) -> _Value:
-    """A node whose value is data: a literal, a variable, a field, a size."""
-    if node.kind == "literal" and node.name in {"string", "bool", "int"}:
-        constant = _Constant(node.value)
-        if constant.kind is None:
+    # --- values: each writes a local that holds the value, or U (unknown) ---
+    def _value(self, node: Node, depth: int, scope: dict[str, str]) -> _Written:
+        """A node whose value is data: a literal, a variable, a field, a size."""
+        if node.kind == "literal" and node.name in {"string", "bool", "int"}:
+            value = self._literal(node)
+            category = kind(value)
+            return _Written(self.constant(value), category)
+        if node.kind == "ident":
+            bound = scope.get(node.name)  # an exists macro's element
+            if bound is not None:
+                return _Written(bound)
+            return _Written(self._computed(depth, f"v.get({self.constant(node.name)}, U)"))
+        if node.kind == "select":
+            parent = self._value(node.children[0], depth, scope).name
+            field = self.constant(node.name)
+            return _Written(
+                self._computed(depth, f"{parent}.get({field}, U) if type({parent}) is dict else U")
+            )
+        if node.kind == "index":
+            container_node, key = node.children
+            if key.kind != "literal" or key.name not in {"string", "int"}:
+                raise _NotNative("index")
+            container = self._value(container_node, depth, scope).name
+            if type(key.value) is not int:
+                name = self.constant(str(key.value))
+                return _Written(
+                    self._computed(
+                        depth, f"{container}.get({name}, U) if type({container}) is dict else U"
+                    )
+                )
+            # Out of range, absent or of another type: the package fails; unknown.
+            position = self.constant(key.value)
+            return _Written(
+                self._computed(
+                    depth,
+                    f"{container}[{position}] if type({container}) is list "
+                    f"and 0 <= {position} < len({container}) else U",
+                )
+            )
+        if node.kind == "call" and node.name == "timestamp" and not node.receiver:
+            return _Written(self.constant(self._timestamp(node)), "timestamp")
+        if node.kind == "call" and node.name == "size" and len(node.children) == 1:
+            operand = self._value(node.children[0], depth, scope).name
+            # The cel package counts a string's bytes: only an ASCII string's are its length.
+            return _Written(
+                self._computed(
+                    depth,
+                    f"len({operand}) if type({operand}) is list or type({operand}) is dict "
+                    f"or (type({operand}) is str and {operand}.isascii()) else U",
+                )
+            )
+        if node.kind == "call" and node.receiver and node.name in _TIME_PARTS:
+            if len(node.children) != 1:
+                raise _NotNative(node.name)  # with a time zone: the package's to compute
+            operand = self._value(node.children[0], depth, scope).name
+            part = _TIME_PARTS[node.name].format(moment=operand)
+            test = _OF_KIND["timestamp"].format(operand)
+            return _Written(self._computed(depth, f"{part} if {test} else U"))
+        raise _NotNative(node.kind)
+
+    @staticmethod
+    def _literal(node: Node) -> Any:
+        """A string, bool or int literal's value, when a native comparison takes it."""
+        if node.name not in {"string", "bool", "int"} or kind(node.value) is None:
             raise _NotNative("literal")
-        return constant
-    if node.kind in {"ident", "select"}:
-        path = _path(node)
-        if path is not None:
-            return _variable(*path)
-    if node.kind == "select":
-        return _field(_value(node.children[0]), node.name)
-    if node.kind == "index":
-        container, key = node.children
-        if key.kind != "literal" or key.name not in {"string", "int"}:
-            raise _NotNative("index")
-        return _element(_value(container), key.value)
-    if node.kind == "call" and node.name == "timestamp" and not node.receiver:
+        return node.value
+
+    @staticmethod
+    def _timestamp(node: Node) -> datetime:
         argument = node.children[0] if len(node.children) == 1 else None
         if argument is None or argument.kind != "literal" or argument.name != "string":
             raise _NotNative("timestamp")
@@ -180,254 +386,4 @@ def _value(node: Node) -> _Value:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
         except (ValueError, OverflowError) as exc:  # 25:00, a 13th month, year 0 in UTC
             raise _NotNative("timestamp") from exc
-        return _Constant(moment)
-    if node.kind == "call" and node.name == "size" and len(node.children) == 1:
-        return _size(_value(node.children[0]))
-    if node.kind == "call" and node.receiver and node.name in _TIME_PARTS:
-        if len(node.children) != 1:
-            raise _NotNative(node.name)  # with a time zone: the package's to compute
-        return _time_part(_TIME_PARTS[node.name], _value(node.children[0]))
-    raise _NotNative(node.kind)
-
-
-def _path(node: Node) -> tuple[str, tuple[str, ...]] | None:
-    """``payload.image`` as (variable, fields), when the chain starts at a name."""
-    fields: list[str] = []
-    while node.kind == "select":
-        fields.append(node.name)
-        node = node.children[0]
-    if node.kind != "ident":
-        return None
-    return node.name, tuple(reversed(fields))
-
-
-def _variable(name: str, fields: tuple[str, ...]) -> _Value:
-    """A variable, or a field path into it, read with one call (most conditions read
-    one or two levels: those get a function of their own)."""
-    if not fields:
-        return lambda variables: variables.get(name, _UNKNOWN)
-    if len(fields) == 1:
-        (only,) = fields
-
-        def one_level(variables: Mapping[str, Any]) -> Any:
-            container = variables.get(name)
-            return container.get(only, _UNKNOWN) if type(container) is dict else _UNKNOWN
-
-        return one_level
-
-    def walk(variables: Mapping[str, Any]) -> Any:
-        value = variables.get(name, _UNKNOWN)
-        for key in fields:
-            if type(value) is not dict:
-                return _UNKNOWN
-            value = value.get(key, _UNKNOWN)
-        return value
-
-    return walk
-
-
-def _field(parent: _Value, name: str) -> _Value:
-    def select(variables: Mapping[str, Any]) -> Any:
-        container = parent(variables)
-        if type(container) is dict:
-            return container.get(name, _UNKNOWN)
-        return _UNKNOWN
-
-    return select
-
-
-def _element(container: _Value, key: object) -> _Value:
-    """``xs[0]`` of a list, ``m["k"]`` of a map; out of range, absent or of another type:
-    the package fails, so the value is unknown."""
-    if type(key) is int:
-        position = key
-
-        def item(variables: Mapping[str, Any]) -> Any:
-            values = container(variables)
-            if type(values) is list and 0 <= position < len(values):
-                return values[position]
-            return _UNKNOWN
-
-        return item
-    return _field(container, str(key))
-
-
-def _has(selection: Node) -> NativeCondition:
-    """``has(m.f)``: whether a map holds the key; of anything else, the package's to say."""
-    parent = _value(selection.children[0])
-    name = selection.name
-
-    def present(variables: Mapping[str, Any]) -> bool | None:
-        container = parent(variables)
-        return name in container if type(container) is dict else None
-
-    return present
-
-
-def _time_part(part: Callable[[datetime], int], operand: _Value) -> _Value:
-    def read(variables: Mapping[str, Any]) -> Any:
-        moment = operand(variables)
-        return part(moment) if kind(moment) == "timestamp" else _UNKNOWN
-
-    return read
-
-
-def _size(operand: _Value) -> _Value:
-    def size(variables: Mapping[str, Any]) -> Any:
-        value = operand(variables)
-        category = type(value)
-        if category is list or category is dict:
-            return len(value)
-        if category is str and value.isascii():  # the cel package counts a string's bytes
-            return len(value)
-        return _UNKNOWN
-
-    return size
-
-
-def _junction(decisive: bool, left: NativeCondition, right: NativeCondition) -> NativeCondition:
-    """``&&`` (``decisive`` False) or ``||`` (True). CEL's ``&&`` is false when either side
-    is false, whatever the other (an error included), and true only when both are true;
-    ``||`` the same with true and false exchanged."""
-
-    def join(variables: Mapping[str, Any]) -> bool | None:
-        first = left(variables)
-        if first is decisive:
-            return decisive
-        second = right(variables)
-        if second is decisive:
-            return decisive
-        return None if first is None or second is None else not decisive
-
-    return join
-
-
-def _not(operand: NativeCondition) -> NativeCondition:
-    def negated(variables: Mapping[str, Any]) -> bool | None:
-        value = operand(variables)
-        return None if value is None else not value
-
-    return negated
-
-
-def _boolean(operand: _Value) -> NativeCondition:
-    def read(variables: Mapping[str, Any]) -> bool | None:
-        value = operand(variables)
-        return value if type(value) is bool else None
-
-    return read
-
-
-def _equality(equal: bool, left: _Value, right: _Value) -> NativeCondition:
-    def compare(variables: Mapping[str, Any]) -> bool | None:
-        a, b = left(variables), right(variables)
-        category = kind(a)
-        if category is None or category != kind(b):
-            return None  # CEL compares across types (1 == 1.0); left to it
-        return (a == b) is equal
-
-    return compare
-
-
-def _equals_constant(equal: bool, operand: _Value, constant: _Constant) -> NativeCondition:
-    """``operand == constant``: only a value of the constant's own type is compared."""
-    value, category = constant.value, constant.kind
-    if category != "string" and category != "bool":
-        return _equality(equal, operand, constant)  # an int's range, a timestamp's zone
-    expected: type = str if category == "string" else bool
-
-    def same_type(variables: Mapping[str, Any]) -> bool | None:
-        found = operand(variables)
-        if type(found) is expected:
-            return (found == value) is equal
-        return None
-
-    return same_type
-
-
-def _ordering(order: Callable[[Any, Any], bool], left: _Value, right: _Value) -> NativeCondition:
-    def compare(variables: Mapping[str, Any]) -> bool | None:
-        a, b = left(variables), right(variables)
-        category = kind(a)
-        if category is None or category == "bool" or category != kind(b):
-            return None
-        return order(a, b)
-
-    return compare
-
-
-def _membership(element_node: Node, container_node: Node) -> NativeCondition:
-    element = _value(element_node)
-    if container_node.kind == "list":
-        items = [_value(item) for item in container_node.children]
-        if not all(item_node.kind == "literal" for item_node in container_node.children):
-            raise _NotNative("list")
-        constants = [item({}) for item in items]
-        if constants and all(type(c) is str for c in constants):
-            return _in_strings(element, frozenset(constants))
-        return _in_items(element, lambda variables: constants)
-    return _in_items(element, _value(container_node))
-
-
-def _in_strings(element: _Value, strings: frozenset[str]) -> NativeCondition:
-    """``x in ["EUR", "USD"]``: a string is looked up; anything else is CEL's to compare."""
-
-    def member(variables: Mapping[str, Any]) -> bool | None:
-        value = element(variables)
-        return value in strings if type(value) is str else None
-
-    return member
-
-
-def _in_items(element: _Value, container: _Value) -> NativeCondition:
-    def member(variables: Mapping[str, Any]) -> bool | None:
-        value, items = element(variables), container(variables)
-        category = kind(value)
-        if category is None:
-            return None
-        if type(items) is dict:
-            # A map's keys are strings in a JSON request; another key type is left to CEL.
-            return value in items if category == "string" else None
-        if type(items) is list and all(kind(item) == category for item in items):
-            return value in items
-        return None
-
-    return member
-
-
-def _string_test(test: Callable[[str, str], bool], left: _Value, right: _Value) -> NativeCondition:
-    def run(variables: Mapping[str, Any]) -> bool | None:
-        text, affix = left(variables), right(variables)
-        if type(text) is str and type(affix) is str:
-            return test(text, affix)
-        return None
-
-    return run
-
-
-def _string_test_constant(
-    test: Callable[[str, str], bool], operand: _Value, affix: str
-) -> NativeCondition:
-    def run(variables: Mapping[str, Any]) -> bool | None:
-        text = operand(variables)
-        return test(text, affix) if type(text) is str else None
-
-    return run
-
-
-def _exists(items: _Value, name: str, predicate: NativeCondition) -> NativeCondition:
-    # The cel package runs the predicate element by element and stops at the first true
-    # or the first error: an undecided element before any true one leaves it to CEL.
-    def any_element(variables: Mapping[str, Any]) -> bool | None:
-        values = items(variables)
-        if type(values) is not list:
-            return None
-        scope = dict(variables)
-        for value in values:
-            scope[name] = value
-            answer = predicate(scope)
-            if answer is not False:
-                return answer
-        return False
-
-    return any_element
+        return moment
