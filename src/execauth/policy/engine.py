@@ -25,6 +25,7 @@ import cel
 
 from execauth.canonical import CanonicalizationError, canonical_json
 from execauth.errors import PolicyInvalid, PolicyProblem
+from execauth.policy.cel_ranges import INT_MIN, UINT_END
 from execauth.policy.cel_syntax import parse
 from execauth.policy.constraints import value_problem
 from execauth.policy.cost import (
@@ -572,7 +573,6 @@ def _activation(
 
 
 _MAX_CHECKED_DEPTH = 16  # deeper values are converted rather than checked
-_INT_MIN, _UINT_END = -(2**63), 2**64  # CEL int is i64, uint u64
 
 
 def _converts(value: Any, depth: int = 0) -> bool:
@@ -616,7 +616,7 @@ def _converts(value: Any, depth: int = 0) -> bool:
     if value is None or kind is bool or kind is float or kind is bytes:
         return True
     if kind is int:
-        return bool(_INT_MIN <= value < _UINT_END)
+        return bool(INT_MIN <= value < UINT_END)
     if kind is datetime:
         return value.tzinfo is UTC  # a naive one is read in local time, which can be ambiguous
     return False
@@ -627,7 +627,7 @@ def _converts_key(key: Any) -> bool:
     kind = type(key)
     if kind is str:
         return key.isascii() or _encodes(key)
-    return kind is bool or (kind is int and _INT_MIN <= key < _UINT_END)
+    return kind is bool or (kind is int and INT_MIN <= key < UINT_END)
 
 
 def _encodes(text: str) -> bool:

@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from execauth.policy.cel_ranges import INT_END, INT_MIN
 from execauth.policy.cel_syntax import CelSyntaxError, Node, parse
 
 # A condition's answer over the variables of one evaluation: ``None`` when CEL must decide.
 NativeCondition = Callable[[Mapping[str, Any]], bool | None]
 
 _UNKNOWN: Any = object()  # a value CEL would fail to produce, or one we do not model
-_INT_MIN, _INT_END = -(2**63), 2**63
 # RFC 3339 as both ``timestamp()`` and ``datetime.fromisoformat`` read it, to microseconds.
 _TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})"
@@ -107,7 +107,7 @@ def kind(value: Any) -> str | None:
     if category is bool:
         return "bool"
     if category is int:
-        return "int" if _INT_MIN <= value < _INT_END else None
+        return "int" if INT_MIN <= value < INT_END else None
     if category is datetime:
         return "timestamp" if value.tzinfo is UTC else None
     return None
@@ -147,8 +147,8 @@ class _Source:
         self.lines: list[str] = []
         self.names: dict[str, Any] = {
             "U": _UNKNOWN,
-            "INT_MIN": _INT_MIN,
-            "INT_END": _INT_END,
+            "INT_MIN": INT_MIN,
+            "INT_END": INT_END,
             "UTC": UTC,
             "datetime": datetime,
             "kind": kind,

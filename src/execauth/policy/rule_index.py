@@ -32,12 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeAlias, TypeVar
 
+from execauth.policy.cel_ranges import INT_END, INT_MIN
 from execauth.policy.cel_syntax import CelSyntaxError, Node, parse
 
 # The variables whose values come straight from the request (or the org's facts); ``now``
 # is a timestamp and never compared here.
 _ROOTS = frozenset({"surface", "action", "actor", "context", "payload", "org"})
-_INT_MIN, _INT_END = -(2**63), 2**63  # a CEL int is an i64; a larger Python int is a uint
 # Distinct request shapes remembered per block, each with the rules left to run: enough
 # for the few values a block's indexed paths take in practice, bounded for any traffic.
 _MAX_PLANS = 64
@@ -142,7 +142,7 @@ def _literal(node: Node, *, escapes: bool) -> Literal | None:
     value = node.value
     if node.name == "string" and isinstance(value, str) and not escapes:
         return ("string", value)
-    if node.name == "int" and type(value) is int and _INT_MIN <= value < _INT_END:
+    if node.name == "int" and type(value) is int and INT_MIN <= value < INT_END:
         return ("int", value)
     if node.name == "bool" and type(value) is bool:
         return ("bool", value)
@@ -202,7 +202,7 @@ class PathIndex:
             return 0
         passing = 0
         for item in items:
-            if type(item) is not kind or (kind is int and not _INT_MIN <= item < _INT_END):
+            if type(item) is not kind or (kind is int and not INT_MIN <= item < INT_END):
                 return 0
             passing |= self.member.get((name, item), 0)
         return self.member_any.get(name, 0) & ~passing
@@ -248,7 +248,7 @@ class RuleIndex(Generic[Rule]):
                 excluded |= path.excluded(("string", value))
             elif kind is bool:
                 excluded |= path.excluded(("bool", value))
-            elif kind is int and _INT_MIN <= value < _INT_END:
+            elif kind is int and INT_MIN <= value < INT_END:
                 excluded |= path.excluded(("int", value))
             elif kind is list and path.member_any:
                 excluded |= path.excluded_by_list(value)
