@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from datetime import UTC, date, datetime
 from typing import Any
@@ -212,6 +213,18 @@ def test_permit_ttl_is_the_smallest_of_the_matching_permits() -> None:
 def test_permit_without_ttl_lasts_15_minutes() -> None:
     decision = _decide(_block("- {id: r, permit: 'true'}\n"))
     assert decision.ttl_seconds == DEFAULT_PERMIT_TTL_SECONDS == 15 * 60
+
+
+def test_a_single_permits_ttl_is_its_own() -> None:
+    assert _decide(_block("- {id: r, permit: 'true', ttl: 2m}\n")).ttl_seconds == 120
+
+
+def test_a_rule_whose_effect_the_table_does_not_know_is_never_a_permit() -> None:
+    # The document parser admits none; the decision built at compile time fails closed.
+    rule = _block("- {id: r, permit: 'true'}\n").rules[0]
+    unknown = dataclasses.replace(rule, effect="allow")
+    assert unknown.alone.outcome is Outcome.SILENCE
+    assert rule.alone.outcome is Outcome.PERMIT
 
 
 def test_no_matching_rule_is_deny_no_matching_rule() -> None:

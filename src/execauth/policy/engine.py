@@ -810,7 +810,12 @@ def _conclude(
 
 def _alone(rule: CompiledRule) -> Decision:
     """What ``rule`` decides when the decision table's row is its alone: its deny, its
-    escalation, or its permit as the only permit rule that matched."""
+    escalation, or its permit as the only permit rule that matched. An effect the table
+    does not know (the document parser admits none) is SILENCE, never a PERMIT."""
+    if rule.effect == "permit":
+        return Decision(
+            Outcome.PERMIT, rule.id, None, None, rule.ttl_seconds or DEFAULT_PERMIT_TTL_SECONDS
+        )
     if rule.effect == "deny":
         return Decision(
             Outcome.DENY,
@@ -827,9 +832,7 @@ def _alone(rule: CompiledRule) -> Decision:
             rule.message or f"rule {rule.id} requires approval",
             escalation=rule.escalation,
         )
-    return Decision(
-        Outcome.PERMIT, rule.id, None, None, rule.ttl_seconds or DEFAULT_PERMIT_TTL_SECONDS
-    )
+    return _failed(rule, f"rule {rule.id} has an effect the decision table does not know")
 
 
 _NO_RULE_PERMITS = Decision(
