@@ -588,31 +588,15 @@ def _converts(value: Any, depth: int = 0) -> bool:
     kind = type(value)
     if kind is str:
         return value.isascii() or _encodes(value)
-    if kind is dict:
+    if kind is dict or kind is list or kind is tuple:
         if depth >= _MAX_CHECKED_DEPTH:
             return False
-        for key, item in value.items():
-            if type(key) is str:
-                if not (key.isascii() or _encodes(key)):
-                    return False
-            elif not _converts_key(key):
+        if kind is not dict:
+            return _all_convert(value, depth + 1)
+        for key in value:  # an ASCII string, as nearly every key is, without a call
+            if not (type(key) is str and key.isascii()) and not _converts_key(key):
                 return False
-            if type(item) is str:
-                if not (item.isascii() or _encodes(item)):
-                    return False
-            elif not _converts(item, depth + 1):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        if depth >= _MAX_CHECKED_DEPTH:
-            return False
-        for item in value:
-            if type(item) is str:
-                if not (item.isascii() or _encodes(item)):
-                    return False
-            elif not _converts(item, depth + 1):
-                return False
-        return True
+        return _all_convert(value.values(), depth + 1)
     if value is None or kind is bool or kind is float or kind is bytes:
         return True
     if kind is int:
@@ -620,6 +604,18 @@ def _converts(value: Any, depth: int = 0) -> bool:
     if kind is datetime:
         return value.tzinfo is UTC  # a naive one is read in local time, which can be ambiguous
     return False
+
+
+def _all_convert(items: Iterable[Any], depth: int) -> bool:
+    """``_converts`` of each of a container's items; a string, the commonest item, is
+    checked here without a call."""
+    for item in items:
+        if type(item) is str:
+            if not (item.isascii() or _encodes(item)):
+                return False
+        elif not _converts(item, depth):
+            return False
+    return True
 
 
 def _converts_key(key: Any) -> bool:
