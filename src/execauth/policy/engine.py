@@ -580,9 +580,9 @@ def _converts(value: Any, depth: int = 0) -> bool:
 
     The conversions of the ``cel`` package (0.10, ``RustyPyType::try_into_value``) for
     the values a normalized request holds and for ``now``; anything else may not convert.
-    A container's strings are checked in its own loop and the loops are written out (no
-    ``all`` over a generator): the walk runs on every request a library caller evaluates,
-    and this form takes it from about 9 to 3 µs for a typical request
+    A container's items go through one loop (``_all_convert``), a string checked without a
+    call, and no ``all`` over a generator: the walk runs on every request a library caller
+    evaluates, and this form takes it from about 9 to 3 µs for a typical request
     (docs/performance.md, "The fixed-cost round").
     """
     kind = type(value)
