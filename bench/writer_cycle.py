@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -40,12 +41,6 @@ from typing import Any
 
 CLIENTS = 2  # as serve --workers 2 on this 2-core machine
 ORG_ID = "org_01benchwritercycle0000000"
-BODY = {
-    "surface": "deploy.production",
-    "actor": {"id": "release-bot", "type": "service"},
-    "action": {"name": "deploy", "target": "payments-api", "ref": "refs/heads/main"},
-    "context": {"environment": "production", "change_ticket": "CHG-1234"},
-}
 
 
 def _environment(workdir: Path) -> dict[str, str]:
@@ -76,45 +71,30 @@ def _provision() -> None:
     engine.dispose()
 
 
-def _records(client: int, count: int) -> list[Any]:
-    import msgspec
+def _records(count: int) -> list[Any]:
+    """The micro benchmark's records (``bench/micro/test_bench_writer.py``: a ~1 KB
+    receipt, the benchmark's request), each with a random idempotency key, as a client's
+    own keys land on random pages of their index, and the leaf hash a gateway computes."""
+    from micro.test_bench_writer import record
 
-    from execauth.store.executions import ExecutionRecord
-
-    evaluation_input = msgspec.json.encode({"request": BODY}).decode()
-    receipt = msgspec.json.encode({"receipt_id": "x" * 29, "pad": "y" * 1000})  # ~1 KB
-    decided_at_ms = int(time.time() * 1000)
     return [
-        ExecutionRecord(
-            execution_id=f"exec_{client}_{n:012d}_{secrets.token_hex(6)}",
-            receipt_id=f"rcpt_{client}_{n:012d}_{secrets.token_hex(6)}",
-            org_id=ORG_ID,
-            idempotency_key=secrets.token_urlsafe(16),  # a client's own: random in the index
-            request_digest="sha256:" + secrets.token_hex(32),
-            surface="deploy.production",
-            actor="release-bot",
-            decision="PERMIT",
-            policy_id="bench",
-            policy_version=1,
-            rule_id="release-from-main",
-            reason=None,
-            decided_at_ms=decided_at_ms,
-            evaluation_input=evaluation_input,
-            receipt=receipt,
+        dataclasses.replace(
+            record(ORG_ID),
+            idempotency_key=secrets.token_urlsafe(16),
             leaf_hash=secrets.token_bytes(32),
         )
-        for n in range(count)
+        for _ in range(count)
     ]
 
 
-def _client(socket_path: str, client: int, count: int, in_flight: int, start: Barrier) -> None:
+def _client(socket_path: str, count: int, in_flight: int, start: Barrier) -> None:
     """One stand-in gateway: ``count`` writes, ``in_flight`` at a time."""
     import uvloop
 
     from execauth.serving.remote_writer import RemoteReceiptWriter
     from execauth.tenancy.quota import QuotaCheck
 
-    records = _records(client, count)
+    records = _records(count)
     now = datetime.now(UTC)
     quota = QuotaCheck("bench", f"{now:%Y-%m}", None, datetime(now.year + 1, 1, 1, tzinfo=UTC))
     writer = RemoteReceiptWriter(socket_path, timeout_seconds=30.0)
@@ -151,8 +131,8 @@ def _round(socket_path: str, writer_pid: int, records: int, in_flight: int) -> d
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(CLIENTS + 1)
     clients = [
-        context.Process(target=_client, args=(socket_path, c, records // CLIENTS, in_flight, start))
-        for c in range(CLIENTS)
+        context.Process(target=_client, args=(socket_path, records // CLIENTS, in_flight, start))
+        for _ in range(CLIENTS)
     ]
     for process in clients:
         process.start()
